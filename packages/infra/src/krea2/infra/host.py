@@ -1,0 +1,166 @@
+"""The ``krea2`` console command: a typer app whose sub-commands are discovered lazily.
+
+Every installed krea2 package registers a typer app (or a plain function) under the
+entry-point group ``krea2.cli``. Sub-apps are imported only when invoked, so
+``krea2 --help`` stays fast and a plugin that fails to import prints one line naming it
+instead of taking the whole CLI down.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from krea2.infra.errors import UserError
+
+ENTRY_POINT_GROUP = "krea2.cli"
+
+
+def krea2_distributions() -> dict[str, str]:
+    """Installed distributions named ``krea2`` or ``krea2-*``, mapped to their versions."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name == "krea2" or name.startswith("krea2-"):
+            found[name] = dist.version
+    return dict(sorted(found.items()))
+
+
+def plugin_entry_points() -> dict[str, metadata.EntryPoint]:
+    """Entry points of the ``krea2.cli`` group, by command name."""
+    return {ep.name: ep for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)}
+
+
+def _summary(ep: metadata.EntryPoint) -> str:
+    dist = ep.dist
+    summary = (dist.metadata["Summary"] or "") if dist is not None else ""
+    return summary.split(": ", 1)[-1] if summary.startswith("krea2.") else summary
+
+
+def as_click_command(obj: Any, name: str) -> click.Command:
+    """Turn a plugin object (a ``typer.Typer`` or a plain function) into a click command."""
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_command(obj)
+    elif isinstance(obj, click.Command):
+        command = obj
+    elif callable(obj):
+        single = typer.Typer()
+        single.command(name=name)(obj)
+        command = typer.main.get_command(single)
+    else:
+        raise TypeError(f"entry point {name!r} is a {type(obj).__name__}, not a typer app or function")
+    command.name = name
+    return command
+
+
+class PluginLoadError(click.ClickException):
+    """A registered sub-command could not be imported."""
+
+    exit_code = 1
+
+
+class _PluginSummary(click.Command):
+    """Stands in for a plugin in help listings, so listing never imports it."""
+
+    def __init__(self, ep: metadata.EntryPoint) -> None:
+        summary = _summary(ep)
+        super().__init__(ep.name, help=summary, short_help=summary)
+        self.entry_point = ep
+
+
+class LazyPluginGroup(TyperGroup):
+    """Root group: lists plugins from metadata, imports one only when it is invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(plugin_entry_points()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        own = super().get_command(ctx, cmd_name)
+        if own is not None:
+            return own
+        ep = plugin_entry_points().get(cmd_name)
+        return _PluginSummary(ep) if ep is not None else None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if isinstance(command, _PluginSummary):
+            command = load_plugin(command.entry_point)
+        return name, command, rest
+
+
+def load_plugin(ep: metadata.EntryPoint) -> click.Command:
+    """Import one plugin; any failure becomes one line naming the plugin and its module."""
+    try:
+        return as_click_command(ep.load(), ep.name)
+    except Exception as exc:  # a broken plugin must not take the CLI down
+        dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
+        raise PluginLoadError(
+            f"the '{ep.name}' command ({ep.value}, from {dist}) failed to load: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+app = typer.Typer(
+    cls=LazyPluginGroup,
+    name="krea2",
+    help=(
+        "krea2: an open re-implementation of the Krea 2 system.\n\n"
+        "Example: krea2 demo --quick  (runs the toy pipeline end to end)"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    dists = krea2_distributions()
+    if not dists:
+        typer.echo("no krea2 distributions are installed")
+    for name, version in dists.items():
+        typer.echo(f"{name} {version}")
+    raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", help="List installed krea2 distributions and their versions.",
+        callback=_print_version, is_eager=True,
+    ),
+) -> None:
+    """krea2: an open re-implementation of the Krea 2 system."""
+
+
+def run_cli(command: Callable[..., Any] | click.Command, args: list[str] | None = None) -> int:
+    """Run a click command, turning :class:`UserError` into one ``error:`` line and exit 2."""
+    click_command = command if isinstance(command, click.Command) else typer.main.get_command(command)
+    try:
+        click_command.main(args=args, prog_name="krea2", standalone_mode=False)
+    except UserError as exc:
+        typer.secho(f"error: {exc}", err=True, fg="red")
+        return exc.exit_code
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    return 0
+
+
+def main() -> None:
+    """Console entry point of ``krea2``."""
+    sys.exit(run_cli(app))

@@ -1,0 +1,3 @@
+"""krea2.krablet."""
+
+__version__ = "0.1.0"

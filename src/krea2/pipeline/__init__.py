@@ -1,0 +1,1 @@
+"""krea2.pipeline: end-to-end recipes of the umbrella project (`krea2 demo`)."""
