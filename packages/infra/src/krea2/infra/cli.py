@@ -7,13 +7,18 @@ from pathlib import Path
 import typer
 
 app = typer.Typer(
-    help="Infrastructure tools: checkpoints and metrics.\n\nExample: krea2 infra checkpoints runs/toy/checkpoints",
+    help=(
+        "Infrastructure tools: checkpoints and metrics.\n\n"
+        "Example: krea2 infra checkpoints runs/toy/checkpoints"
+    ),
     no_args_is_help=True,
 )
 
 
 @app.command()
-def checkpoints(root: Path = typer.Argument(..., help="A checkpoint manager's root directory.")) -> None:
+def checkpoints(
+    root: Path = typer.Argument(..., help="A checkpoint manager's root directory."),
+) -> None:
     """List checkpoints under ROOT: step, completeness, size.
 
     Example: krea2 infra checkpoints runs/toy/checkpoints

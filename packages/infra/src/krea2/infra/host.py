@@ -34,7 +34,10 @@ def krea2_distributions() -> dict[str, str]:
 
 def plugin_entry_points() -> dict[str, metadata.EntryPoint]:
     """Entry points of the ``krea2.cli`` group, by command name."""
-    return {ep.name: ep for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)}
+    return {
+        ep.name: ep
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    }
 
 
 def _summary(ep: metadata.EntryPoint) -> str:
@@ -54,7 +57,9 @@ def as_click_command(obj: Any, name: str) -> click.Command:
         single.command(name=name)(obj)
         command = typer.main.get_command(single)
     else:
-        raise TypeError(f"entry point {name!r} is a {type(obj).__name__}, not a typer app or function")
+        raise TypeError(
+            f"entry point {name!r} is a {type(obj).__name__}, not a typer app or function"
+        )
     command.name = name
     return command
 
@@ -135,8 +140,11 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def root(
     version: bool = typer.Option(
-        False, "--version", help="List installed krea2 distributions and their versions.",
-        callback=_print_version, is_eager=True,
+        False,
+        "--version",
+        help="List installed krea2 distributions and their versions.",
+        callback=_print_version,
+        is_eager=True,
     ),
 ) -> None:
     """krea2: an open re-implementation of the Krea 2 system."""
@@ -144,7 +152,9 @@ def root(
 
 def run_cli(command: Callable[..., Any] | click.Command, args: list[str] | None = None) -> int:
     """Run a click command, turning :class:`UserError` into one ``error:`` line and exit 2."""
-    click_command = command if isinstance(command, click.Command) else typer.main.get_command(command)
+    click_command = (
+        command if isinstance(command, click.Command) else typer.main.get_command(command)
+    )
     try:
         click_command.main(args=args, prog_name="krea2", standalone_mode=False)
     except UserError as exc:

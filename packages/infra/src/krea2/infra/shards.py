@@ -1,0 +1,127 @@
+"""The training-shard contract between ``curate`` (writer) and ``trainer`` (reader).
+
+One Parquet row per sample (ARCHITECTURE.md, contract 2):
+
+==========  ==========================  ==============================================
+column      type                        meaning
+==========  ==========================  ==============================================
+key         string                      warehouse primary key, to trace a sample back
+image       binary (nullable)           encoded image, already cropped+resized to bucket
+uri         string (nullable)           or: where the original bytes live ...
+crop        list<int32>[4] (nullable)   ... and the crop box (left, top, right, bottom)
+width       int32                       pixels of the bucket (after crop and resize)
+height      int32                       pixels
+bucket      string                      ``"{width}x{height}"``, e.g. ``"512x768"``
+captions    list<struct<format, text>>  formats from :data:`CAPTION_FORMATS`
+meta        string                      JSON object (scores, source, scene spec, ...)
+==========  ==========================  ==============================================
+
+File-level metadata (Parquet key/value) records ``krea2.stage`` (the resolution stage
+name), ``krea2.seed`` and ``krea2.batch_size`` (rows of one bucket are packed in runs of
+this many, so a batch never mixes buckets). pyarrow is imported lazily so that this
+module stays importable without it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+CAPTION_FORMATS: tuple[str, ...] = ("long", "medium", "short", "tags", "json")
+COLUMNS: tuple[str, ...] = (
+    "key",
+    "image",
+    "uri",
+    "crop",
+    "width",
+    "height",
+    "bucket",
+    "captions",
+    "meta",
+)
+METADATA_STAGE = b"krea2.stage"
+METADATA_SEED = b"krea2.seed"
+METADATA_BATCH_SIZE = b"krea2.batch_size"
+
+
+class ShardSchemaError(ValueError):
+    """A table does not follow the training-shard contract."""
+
+
+def shard_arrow_schema() -> Any:
+    """The pyarrow schema of a training shard (see the module docstring)."""
+    import pyarrow as pa
+
+    caption = pa.struct([("format", pa.string()), ("text", pa.string())])
+    return pa.schema(
+        [
+            pa.field("key", pa.string(), nullable=False),
+            pa.field("image", pa.binary()),
+            pa.field("uri", pa.string()),
+            pa.field("crop", pa.list_(pa.int32(), 4)),
+            pa.field("width", pa.int32(), nullable=False),
+            pa.field("height", pa.int32(), nullable=False),
+            pa.field("bucket", pa.string(), nullable=False),
+            pa.field("captions", pa.list_(caption), nullable=False),
+            pa.field("meta", pa.string()),
+        ]
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SHARD_SCHEMA":  # lazily, so importing this module does not import pyarrow
+        return shard_arrow_schema()
+    raise AttributeError(name)
+
+
+def bucket_name(width: int, height: int) -> str:
+    return f"{width}x{height}"
+
+
+def parse_bucket(bucket: str) -> tuple[int, int]:
+    """``"512x768"`` → ``(512, 768)`` (width, height)."""
+    try:
+        w, h = bucket.lower().split("x")
+        return int(w), int(h)
+    except ValueError:
+        raise ShardSchemaError(f"bucket {bucket!r} is not of the form '<width>x<height>'") from None
+
+
+def validate_shard_table(table: Any) -> None:
+    """Raise :class:`ShardSchemaError` naming the first violation of the contract.
+
+    Checks column names and types, that every row has image bytes or a uri, that
+    ``bucket`` matches ``width``/``height``, that caption formats are known, and that
+    ``meta`` is a JSON object.
+    """
+    schema = shard_arrow_schema()
+    missing = [f.name for f in schema if f.name not in table.schema.names]
+    if missing:
+        raise ShardSchemaError(f"shard is missing column {missing[0]!r}; columns are {COLUMNS}")
+    for field in schema:
+        actual = table.schema.field(field.name).type
+        if not actual.equals(field.type):
+            raise ShardSchemaError(
+                f"column {field.name!r} has type {actual}, expected {field.type}"
+            )
+    rows = table.select(["key", "image", "uri", "width", "height", "bucket", "captions", "meta"])
+    for row in rows.to_pylist():
+        key = row["key"]
+        if row["image"] is None and row["uri"] is None:
+            raise ShardSchemaError(f"row {key!r} has neither image bytes nor a uri")
+        if parse_bucket(row["bucket"]) != (row["width"], row["height"]):
+            raise ShardSchemaError(
+                f"row {key!r}: bucket {row['bucket']!r} does not match {row['width']}x{row['height']}"
+            )
+        for caption in row["captions"]:
+            if caption["format"] not in CAPTION_FORMATS:
+                raise ShardSchemaError(
+                    f"row {key!r}: caption format {caption['format']!r} is not one of {CAPTION_FORMATS}"
+                )
+        if row["meta"] is not None:
+            try:
+                meta = json.loads(row["meta"])
+            except json.JSONDecodeError:
+                raise ShardSchemaError(f"row {key!r}: meta is not valid JSON") from None
+            if not isinstance(meta, dict):
+                raise ShardSchemaError(f"row {key!r}: meta must be a JSON object")
