@@ -1,3 +1,10 @@
-"""krea2.krablet."""
+"""krea2.krablet: the sharded PostgreSQL warehouse, its job queue and the pluck map API."""
+
+from krea2.krablet.cluster import Cluster, load_cluster
+from krea2.krablet.queue import Claim, Queue
+from krea2.krablet.schema import Job, Table
+from krea2.krablet.warehouse import Warehouse
 
 __version__ = "0.1.0"
+
+__all__ = ["Claim", "Cluster", "Job", "Queue", "Table", "Warehouse", "load_cluster"]

@@ -1,0 +1,111 @@
+"""``krea2 krablet``: start shards, show status, run workers, the funnel and the RPC server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from krea2.infra.errors import UserError
+
+app = typer.Typer(
+    help="The sharded PostgreSQL warehouse.\n\nExample: krea2 krablet up --shards 2 --data /tmp/kb",
+    no_args_is_help=True,
+)
+
+CLUSTER_HELP = (
+    "Cluster file written by `up`, or DSNs separated by commas (default: $KRABLET_CLUSTER)."
+)
+
+
+def _warehouse(cluster: str | None):
+    from krea2.krablet.cluster import default_cluster_source
+    from krea2.krablet.warehouse import Warehouse
+
+    return Warehouse.open(default_cluster_source(cluster))
+
+
+@app.command()
+def up(
+    shards: int = typer.Option(2, help="Number of embedded shards."),
+    data: Path = typer.Option(..., help="Directory for the shards' data (one sub-directory each)."),
+    cluster_file: Path = typer.Option(
+        None, "--cluster-file", help="Where to write the cluster file (default: DATA/cluster.json)."
+    ),
+) -> None:
+    """Start N embedded PostgreSQL 16 shards (pgserver) and write a cluster file.
+
+    Running it again reuses the data and restarts stopped shards; the secret is kept.
+
+    Example: krea2 krablet up --shards 2 --data /tmp/kb && export KRABLET_CLUSTER=/tmp/kb/cluster.json
+    """
+    from krea2.krablet.cluster import Cluster, load_cluster
+    from krea2.krablet.embedded import up as start
+
+    path = cluster_file or data / "cluster.json"
+    old = load_cluster(path) if path.exists() else None
+    if old is not None and old.embedded and old.embedded.get("shards") != shards:
+        raise UserError(
+            f"{path} describes {old.embedded.get('shards')} shards, not {shards}: rows are placed "
+            "by shard count, so it cannot change; use another --data directory"
+        )
+    dsns = start(shards, data)
+    cluster = Cluster(
+        dsns,
+        secret=old.secret if old else Cluster(dsns).secret,
+        embedded={"data": str(data.resolve()), "shards": shards},
+    )
+    cluster.save(path)
+    typer.echo(f"{shards} shard(s) running under {data}; cluster file: {path}")
+    typer.echo(f"next: export KRABLET_CLUSTER={path}; krea2 krablet status")
+
+
+@app.command()
+def down(data: Path = typer.Option(..., help="The --data directory given to `up`.")) -> None:
+    """Stop the embedded shards under DATA (the data is kept).
+
+    Example: krea2 krablet down --data /tmp/kb
+    """
+    from krea2.krablet.embedded import down as stop
+
+    typer.echo(f"stopped {stop(data)} shard(s)")
+
+
+@app.command()
+def status(
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Shards, tables, row counts and queue backlogs.
+
+    Example: krea2 krablet status --cluster /tmp/kb/cluster.json
+    """
+    from krea2.krablet.cluster import redact
+
+    wh = _warehouse(cluster)
+    st = wh.status()
+    if as_json:
+        typer.echo(json.dumps(st, indent=2, default=str))
+        return
+    for i, entry in enumerate(st["shards"]):
+        dsn = redact(wh.cluster.shards[i])
+        if not entry["ok"]:
+            typer.echo(f"shard {i}  DOWN  {dsn}: {entry['error']}")
+            continue
+        typer.echo(f"shard {i}  up  {dsn}")
+        for name, t in entry["tables"].items():
+            typer.echo(f"  {name}: {t['rows']} rows")
+            for job, q in t["jobs"].items():
+                typer.echo(
+                    f"    job {job}: ready {q['ready']}, leased {q['leased']}, backing off "
+                    f"{q['backing_off']}, oldest ready {q['oldest_ready_s']:.1f}s"
+                )
+    if not wh.tables:
+        typer.echo("no tables declared yet")
+    typer.echo(
+        "schema: identical on all shards"
+        if st["schema_consistent"]
+        else "schema: DIFFERS between shards (run the migration again)"
+    )
+    wh.close()

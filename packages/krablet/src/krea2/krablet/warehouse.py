@@ -1,0 +1,124 @@
+"""The warehouse: a cluster plus its declared tables; the entry point of the Python API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+
+from krea2.infra.errors import UserError
+from krea2.krablet.cluster import Cluster, load_cluster
+from krea2.krablet.queue import Queue, queue_stats
+from krea2.krablet.schema import Table, load_tables, migrate_shard, schema_fingerprint
+
+
+class Warehouse:
+    """A cluster and its tables. ``Warehouse.open(cluster, tables=[...])`` migrates every shard.
+
+    Without ``tables`` the declarations are read from the shards' catalog, so services and
+    command-line tools work without importing the code that declared them.
+    """
+
+    def __init__(self, cluster: Cluster, tables: Iterable[Table] = ()) -> None:
+        self.cluster = cluster
+        self.tables: dict[str, Table] = {t.name: t for t in tables}
+
+    @classmethod
+    def open(
+        cls,
+        source: str | Path | Sequence[str] | Cluster,
+        tables: Iterable[Table] | None = None,
+        migrate: bool = True,
+    ) -> Warehouse:
+        wh = cls(load_cluster(source), tables or ())
+        if tables is not None and migrate:
+            wh.migrate()
+        elif tables is None:
+            wh.reload()
+        return wh
+
+    def reload(self) -> None:
+        """Read table declarations from shard 0's catalog (declared ones take precedence)."""
+        with self.cluster.pool(0).connection() as conn:
+            for name, t in load_tables(conn).items():
+                self.tables.setdefault(name, t)
+
+    def migrate(self, tables: Iterable[Table] | None = None) -> list[str]:
+        """Create or extend the tables on every shard (idempotent). Returns what changed."""
+        todo = list(tables) if tables is not None else list(self.tables.values())
+        for t in todo:
+            self.tables[t.name] = t
+        changed = []
+        for i in range(len(self.cluster)):
+            with self.cluster.connect(i) as conn:
+                changed += [f"shard {i}: {c}" for c in migrate_shard(conn, todo)]
+        return changed
+
+    def table(self, name: str) -> Table:
+        t = self.tables.get(name)
+        if t is None:
+            raise UserError(f"no table {name!r} in this warehouse; tables: {sorted(self.tables)}")
+        return t
+
+    def queue(self, table: str, job: str, owner: str = "") -> Queue:
+        return Queue(self.cluster, self.table(table), job, owner=owner)
+
+    def funnel(self, **kwargs: Any):
+        """An in-process :class:`~krea2.krablet.funnel.Funnel` writing to this warehouse."""
+        from krea2.krablet.funnel import Funnel
+
+        return Funnel(self, **kwargs)
+
+    def reader(self):
+        """An in-process :class:`~krea2.krablet.rpc.Reader` (the RPC client has the same methods)."""
+        from krea2.krablet.rpc import Reader
+
+        return Reader(self)
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self, cap: int = 100_000) -> dict[str, Any]:
+        """Per shard: reachability, schema fingerprint agreement, estimated row counts, queue backlogs."""
+        shards = []
+        fingerprints = []
+        for i in range(len(self.cluster)):
+            entry: dict[str, Any] = {"shard": i, "ok": True, "tables": {}}
+            try:
+                with self.cluster.pool(i).connection() as conn:
+                    fingerprints.append(schema_fingerprint(conn))
+                    for name, t in sorted(self.tables.items()):
+                        est = conn.execute(
+                            "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = "
+                            "to_regclass(%s)",
+                            (f'"{name}"',),
+                        ).fetchone()
+                        exact = conn.execute(
+                            sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} LIMIT %s) s").format(
+                                sql.Identifier(name)
+                            ),
+                            (cap,),
+                        ).fetchone()[0]
+                        rows = exact if exact < cap else (est[0] if est else None)
+                        entry["tables"][name] = {
+                            "rows": rows,
+                            "jobs": {
+                                j.name: queue_stats(conn, t.queue_table(j.name), cap)
+                                for j in t.jobs
+                            },
+                        }
+            except Exception as exc:  # one dead shard must not hide the others
+                entry["ok"] = False
+                entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            shards.append(entry)
+        same = all(f == fingerprints[0] for f in fingerprints) if fingerprints else True
+        return {"shards": shards, "schema_consistent": same}

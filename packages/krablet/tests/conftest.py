@@ -1,0 +1,87 @@
+"""Real PostgreSQL for krablet's tests: three embedded pgserver shards for the whole session.
+
+Each test gets fresh databases (one per shard) so tests never see each other's tables, and
+nothing depends on a system Postgres service.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from krea2.krablet.cluster import Cluster
+from krea2.krablet.embedded import start_shard, stop_shard
+
+N_SHARDS = 3
+
+
+@pytest.fixture(scope="session")
+def pg_root():
+    root = Path(tempfile.mkdtemp(prefix="krablet-test-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    for i in range(N_SHARDS):
+        stop_shard(root / f"shard-{i:03d}", mode="immediate")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_servers(pg_root) -> list[str]:
+    """Base DSNs (database ``postgres``) of the session's shards."""
+    return [start_shard(pg_root / f"shard-{i:03d}") for i in range(N_SHARDS)]
+
+
+def _with_db(dsn: str, db: str) -> str:
+    base, _, query = dsn.partition("?")
+    return base.rsplit("/", 1)[0] + f"/{db}" + (f"?{query}" if query else "")
+
+
+def make_cluster(pg_servers: list[str], n: int) -> Cluster:
+    db = f"t_{secrets.token_hex(6)}"
+    dsns = []
+    for dsn in pg_servers[:n]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{db}"')
+        dsns.append(_with_db(dsn, db))
+    return Cluster(dsns, secret=secrets.token_hex(16))
+
+
+@pytest.fixture
+def cluster(pg_servers):
+    """Two shards, empty databases."""
+    c = make_cluster(pg_servers, 2)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def cluster1(pg_servers):
+    c = make_cluster(pg_servers, 1)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def cluster3(pg_servers):
+    c = make_cluster(pg_servers, 3)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def cluster_factory(pg_servers):
+    """``cluster_factory(n)``: a fresh n-shard cluster, closed after the test."""
+    made: list[Cluster] = []
+
+    def factory(n: int = 2) -> Cluster:
+        made.append(make_cluster(pg_servers, n))
+        return made[-1]
+
+    yield factory
+    for c in made:
+        c.close()
