@@ -1,0 +1,72 @@
+"""Gated grouped-query self-attention with QK-RMSNorm before RoPE."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from krea2.dit.layers import RMSNorm
+from krea2.dit.rope import apply_rope
+
+
+class QKNorm(nn.Module):
+    """Separate RMSNorms over head_dim for queries and keys (keys `qnorm`, `knorm`)."""
+
+    def __init__(self, head_dim: int, eps: float) -> None:
+        super().__init__()
+        self.qnorm = RMSNorm(head_dim, eps)
+        self.knorm = RMSNorm(head_dim, eps)
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return self.qnorm(q), self.knorm(k)
+
+
+class Attention(nn.Module):
+    """Self-attention: q/k/v/gate projections of the same input, GQA, `wo(attn * sigmoid(gate))`.
+
+    Head counts are read from the projection outputs (`unflatten(-1, (-1, head_dim))`) so the
+    same code runs on tensor-parallel shards that hold a contiguous slice of the heads.
+    """
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, eps: float, gate: bool = True) -> None:
+        super().__init__()
+        self.head_dim = dim // heads
+        self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.gate = nn.Linear(dim, heads * self.head_dim, bias=False) if gate else None
+        self.wo = nn.Linear(heads * self.head_dim, dim, bias=False)
+        self.qknorm = QKNorm(self.head_dim, eps)
+
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, mask: Tensor | None = None
+    ) -> Tensor:
+        """x [B, L, D]; rope (cos, sin) [B|1, L, R/2]; mask bool [B, 1, 1, L] (True = key valid)."""
+        hd = self.head_dim
+        q = self.wq(x).unflatten(-1, (-1, hd))
+        k = self.wk(x).unflatten(-1, (-1, hd))
+        v = self.wv(x).unflatten(-1, (-1, hd))
+        q, k = self.qknorm(q, k)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        out = sdpa_gqa(q, k, v, mask).transpose(1, 2).flatten(2)
+        if self.gate is not None:
+            out = out * torch.sigmoid(self.gate(x))
+        return self.wo(out)
+
+
+def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """SDPA where query head j uses KV head j // (H / KV). q [B, H, L, hd], k/v [B, KV, L, hd].
+
+    On CUDA with a mask, KV heads are repeated: the fused kernels that take a mask do not all
+    take `enable_gqa`, and the math fallback would materialise [B, H, L, L]. Elsewhere
+    (CPU, or no mask) `enable_gqa` avoids the copy.
+    """
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1 and mask is not None and q.is_cuda:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        groups = 1
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)

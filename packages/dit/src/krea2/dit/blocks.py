@@ -1,0 +1,89 @@
+"""Transformer blocks: the text-fusion block, the single-stream block and the final layer."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from krea2.dit.attention import Attention
+from krea2.dit.layers import LearnedTable, RMSNorm, SwiGLU
+
+
+class TextFusionBlock(nn.Module):
+    """Plain pre-norm block: `x += Attn(norm(x)); x += SwiGLU(norm(x))` (no RoPE, no time)."""
+
+    def __init__(
+        self, dim: int, heads: int, kv_heads: int, hidden: int, eps: float, gate: bool
+    ) -> None:
+        super().__init__()
+        self.prenorm = RMSNorm(dim, eps)
+        self.postnorm = RMSNorm(dim, eps)
+        self.attn = Attention(dim, heads, kv_heads, eps, gate=gate)
+        self.mlp = SwiGLU(dim, hidden)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x [B, L, dim]; mask bool [B, 1, 1, L] or None."""
+        x = x + self.attn(self.prenorm(x), mask=mask)
+        return x + self.mlp(self.postnorm(x))
+
+
+class SingleStreamBlock(nn.Module):
+    """The main block over the joint [text, image] sequence.
+
+    With modulation (the release): `m = tvec + mod.lin` gives prescale, preshift, pregate,
+    postscale, postshift, postgate (each [B, 1, D]) and
+    `x += pregate * Attn((1 + prescale) * norm(x) + preshift)`, likewise for the SwiGLU.
+    Without (in-context time tokens ablation) it is a plain pre-norm block.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        kv_heads: int,
+        hidden: int,
+        eps: float,
+        gate: bool = True,
+        modulated: bool = True,
+    ) -> None:
+        super().__init__()
+        self.mod = LearnedTable(6 * dim) if modulated else None
+        self.prenorm = RMSNorm(dim, eps)
+        self.postnorm = RMSNorm(dim, eps)
+        self.attn = Attention(dim, heads, kv_heads, eps, gate=gate)
+        self.mlp = SwiGLU(dim, hidden)
+
+    def forward(
+        self,
+        x: Tensor,
+        tvec: Tensor | None,
+        rope: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        """x [B, L, D]; tvec [B, 1, 6D] (None without modulation); returns [B, L, D]."""
+        if self.mod is None:
+            x = x + self.attn(self.prenorm(x), rope, mask)
+            return x + self.mlp(self.postnorm(x))
+        m = tvec + self.mod.lin
+        prescale, preshift, pregate, postscale, postshift, postgate = m.chunk(6, dim=-1)
+        h = self.prenorm(x) * (1 + prescale) + preshift
+        x = x + pregate * self.attn(h, rope, mask)
+        h = self.postnorm(x) * (1 + postscale) + postshift
+        return x + postgate * self.mlp(h)
+
+
+class LastLayer(nn.Module):
+    """`linear((1 + scale) * norm(x) + shift)` with (scale, shift) = temb + modulation.lin."""
+
+    def __init__(self, dim: int, out: int, eps: float, modulated: bool = True) -> None:
+        super().__init__()
+        self.norm = RMSNorm(dim, eps)
+        self.linear = nn.Linear(dim, out, bias=True)
+        self.modulation = LearnedTable(2, dim) if modulated else None
+
+    def forward(self, x: Tensor, temb: Tensor | None) -> Tensor:
+        """x [B, N, D]; temb [B, 1, D] (raw timestep-MLP output) -> [B, N, out]."""
+        h = self.norm(x)
+        if self.modulation is not None:
+            scale, shift = (temb + self.modulation.lin).chunk(2, dim=1)
+            h = h * (1 + scale) + shift
+        return self.linear(h)
