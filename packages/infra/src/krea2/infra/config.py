@@ -34,9 +34,23 @@ def _source(where: str | None) -> str:
     return f" in {where}" if where else ""
 
 
+def _initials(name: str) -> str:
+    return "".join(part[0] for part in name.split("_") if part)
+
+
+def _similarity(a: str, b: str) -> float:
+    """Spelling similarity in [0, 2]; abbreviations (lr ~ learning_rate) count as close."""
+    score = difflib.SequenceMatcher(None, a, b).ratio()
+    if _initials(a) == b or _initials(b) == a or a.startswith(b) or b.startswith(a):
+        score += 1.0
+    return score
+
+
 def _closest(key: str, valid: Sequence[str]) -> str:
-    match = difflib.get_close_matches(key, valid, n=1, cutoff=0.0)
-    return f"; did you mean '{match[0]}'?" if match else ""
+    if not valid:
+        return ""
+    best = max(valid, key=lambda v: _similarity(key, v))
+    return f"; did you mean '{best}'?"
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -84,7 +98,7 @@ def _coerce(value: Any, tp: Any, key: str, where: str | None) -> Any:
                 raise fail(f"a list of {len(args)} items")
             return tuple(
                 _coerce(v, a, f"{key}[{i}]", where)
-                for i, (v, a) in enumerate(zip(args, value, strict=True))
+                for i, (a, v) in enumerate(zip(args, value, strict=True))
             )
         item = args[0] if args else Any
         items = [_coerce(v, item, f"{key}[{i}]", where) for i, v in enumerate(value)]

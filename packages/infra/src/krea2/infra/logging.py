@@ -114,5 +114,8 @@ def _plain_formatter(rank: int | None) -> logging.Formatter:
 
 
 def get_logger(name: str) -> logging.Logger:
-    """A logger under the ``krea2`` tree: ``get_logger("krablet.queue")`` is ``krea2.krablet.queue``."""
+    """A logger under the ``krea2`` tree.
+
+    ``get_logger("krablet.queue")`` is the logger ``krea2.krablet.queue``.
+    """
     return logging.getLogger(name if name.startswith("krea2") else f"krea2.{name}")

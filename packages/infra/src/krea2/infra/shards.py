@@ -111,12 +111,14 @@ def validate_shard_table(table: Any) -> None:
             raise ShardSchemaError(f"row {key!r} has neither image bytes nor a uri")
         if parse_bucket(row["bucket"]) != (row["width"], row["height"]):
             raise ShardSchemaError(
-                f"row {key!r}: bucket {row['bucket']!r} does not match {row['width']}x{row['height']}"
+                f"row {key!r}: bucket {row['bucket']!r} does not match "
+                f"{row['width']}x{row['height']}"
             )
         for caption in row["captions"]:
             if caption["format"] not in CAPTION_FORMATS:
                 raise ShardSchemaError(
-                    f"row {key!r}: caption format {caption['format']!r} is not one of {CAPTION_FORMATS}"
+                    f"row {key!r}: caption format {caption['format']!r} "
+                    f"is not one of {CAPTION_FORMATS}"
                 )
         if row["meta"] is not None:
             try:

@@ -1,0 +1,300 @@
+"""Atomic, async, sharded checkpoints of a training state (needs the ``torch`` extra).
+
+The tensors go through ``torch.distributed.checkpoint`` (DCP), so a state of DTensors
+saves and loads sharded across ranks and can be resharded; plain data (step, RNG
+states, data position) is written as one JSON file per rank. A save writes into a
+temporary directory, fsyncs, renames it into place and then writes a completion marker,
+so a crash at any point leaves the previous checkpoint intact and the torn one ignored.
+
+``async_save`` blocks the caller only while tensors are copied to host memory (into
+buffers reused between saves); the write, the fsyncs and the rename run on a background
+thread and use a dedicated gloo process group, so they never interleave with the
+training loop's collectives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.tensor import DTensor
+
+from krea2.infra.checkpoint_layout import (
+    COMPLETE_MARKER,
+    TMP_PREFIX,
+    CheckpointCorruptError,
+    fsync_path,
+    remove_tree,
+    scan_checkpoints,
+    step_dir_name,
+    steps_to_delete,
+    tmp_dir_name,
+    verify_checkpoint,
+    write_durably,
+    write_manifest,
+)
+from krea2.infra.logging import get_logger
+from krea2.infra.rng import capture_rng_state, restore_rng_state
+
+__all__ = [
+    "CheckpointCorruptError",
+    "CheckpointManager",
+    "PendingSave",
+    "capture_rng_state",
+    "restore_rng_state",
+]
+
+log = get_logger("infra.checkpoint")
+# DCP warns on every single-process save/load; single-process use is intended here.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+
+
+def _signature(tree: Any, prefix: str = "") -> tuple:
+    """Structure, shapes and dtypes of a state tree: equal signatures can share buffers."""
+    if isinstance(tree, dict):
+        return tuple(item for k in sorted(tree) for item in _signature(tree[k], f"{prefix}/{k}"))
+    if isinstance(tree, list | tuple):
+        return tuple(item for i, v in enumerate(tree) for item in _signature(v, f"{prefix}/{i}"))
+    if isinstance(tree, DTensor):
+        local = tree.to_local()
+        return ((prefix, "dtensor", tuple(local.shape), local.dtype, tuple(tree.placements)),)
+    if isinstance(tree, torch.Tensor):
+        return ((prefix, tuple(tree.shape), tree.dtype),)
+    return ((prefix, type(tree).__name__),)
+
+
+def _extra_name(rank: int) -> str:
+    return f"extra-rank{rank:05d}.json"
+
+
+class PendingSave:
+    """An async save in flight; :meth:`wait` returns the final directory or raises."""
+
+    def __init__(self, future: Future, step: int) -> None:
+        self._future = future
+        self.step = step
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> Path:
+        return self._future.result(timeout=timeout)
+
+
+class CheckpointManager:
+    """Saves, discovers, verifies and prunes checkpoints under ``root``.
+
+    Args:
+        root: directory holding ``step-*`` checkpoints (shared by all ranks).
+        keep_last: how many of the newest complete checkpoints to keep.
+        keep_every: also keep every checkpoint whose step is a multiple of this.
+        process_group: group for the checkpoint's own collectives; by default a new gloo
+            group over all ranks is created (collectively) when torch.distributed is
+            initialized, and no collectives are used otherwise.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        keep_last: int = 3,
+        keep_every: int | None = None,
+        process_group: dist.ProcessGroup | None = None,
+    ) -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+        self.root = Path(root)
+        self.keep_last = keep_last
+        self.keep_every = keep_every
+        self._distributed = dist.is_available() and dist.is_initialized()
+        if self._distributed and process_group is None:
+            process_group = dist.new_group(backend="gloo")
+        self._pg = process_group
+        self.rank = dist.get_rank() if self._distributed else 0
+        self.world_size = dist.get_world_size() if self._distributed else 1
+        self._pending: PendingSave | None = None
+        self._staging: dict[str, Any] | None = None
+        self._staging_signature: tuple | None = None
+        if self.rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ discovery
+    def complete_steps(self) -> list[int]:
+        return [e.step for e in scan_checkpoints(self.root) if e.complete]
+
+    def latest_step(self) -> int | None:
+        """The newest step whose checkpoint is complete and passes its manifest check."""
+        steps = self.complete_steps()
+        return steps[-1] if steps else None
+
+    def path_of(self, step: int) -> Path:
+        return self.root / step_dir_name(step)
+
+    # ------------------------------------------------------------------ saving
+    def save(self, step: int, state: dict[str, Any], extra: dict[str, Any] | None = None) -> Path:
+        """Save synchronously; returns the checkpoint directory once it is durable."""
+        self.wait()
+        tmp = self._begin(step)
+        dcp.save(state, storage_writer=FileSystemWriter(tmp), **self._dcp_kwargs())
+        return self._finish(step, tmp, extra)
+
+    def async_save(
+        self, step: int, state: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> PendingSave:
+        """Stage tensors to host memory, then write in the background.
+
+        The caller may modify ``state`` as soon as this returns. Only one save is in
+        flight at a time: a second call first waits for the previous one.
+        """
+        self.wait()
+        tmp = self._begin(step)
+        staged = self._stage(state)
+        future: Future = Future()
+        extra_copy = json.loads(json.dumps(extra)) if extra is not None else None
+
+        def write() -> None:
+            try:
+                dcp.save(staged, storage_writer=FileSystemWriter(tmp), **self._dcp_kwargs())
+                future.set_result(self._finish(step, tmp, extra_copy))
+            except BaseException as exc:  # surfaced to the caller by wait()
+                future.set_exception(exc)
+
+        threading.Thread(target=write, name=f"krea2-ckpt-{step}", daemon=True).start()
+        self._pending = PendingSave(future, step)
+        return self._pending
+
+    def _stage(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Copy every tensor into host buffers that are reused while shapes stay the same.
+
+        Allocating (and page-faulting) fresh host memory costs more than the copy itself,
+        so the buffers live as long as the manager; on CUDA they are pinned and the copy
+        is non-blocking, followed by one synchronize.
+        """
+        signature = _signature(state)
+        if self._staging_signature != signature:
+            self._staging = _create_cpu_state_dict(state, pin_memory=torch.cuda.is_available())
+            self._staging_signature = signature
+        staged = _copy_state_dict(state, self._staging, non_blocking=torch.cuda.is_available())
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return staged
+
+    def wait(self) -> Path | None:
+        """Wait for the save in flight, if any, re-raising its error."""
+        pending, self._pending = self._pending, None
+        return pending.wait() if pending is not None else None
+
+    def _dcp_kwargs(self) -> dict[str, Any]:
+        if self._distributed:
+            return {"process_group": self._pg}
+        return {"no_dist": True}
+
+    def _barrier(self) -> None:
+        if self._distributed:
+            dist.barrier(group=self._pg)
+
+    def _begin(self, step: int) -> Path:
+        tmp = self.root / tmp_dir_name(step)
+        if self.rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for stale in self.root.glob(f"{TMP_PREFIX}*"):
+                remove_tree(stale)  # left by a crashed save; never loadable
+            tmp.mkdir()
+        self._barrier()
+        return tmp
+
+    def _finish(self, step: int, tmp: Path, extra: dict[str, Any] | None) -> Path:
+        write_durably(tmp / _extra_name(self.rank), json.dumps(extra or {}))
+        self._barrier()
+        final = self.path_of(step)
+        if self.rank == 0:
+            write_manifest(tmp, step, self.world_size)
+            fsync_path(tmp)
+            if final.exists():
+                remove_tree(final)
+            tmp.rename(final)
+            fsync_path(self.root)
+            write_durably(final / COMPLETE_MARKER, f"{step}\n")
+            fsync_path(final)
+            self._prune()
+        self._barrier()
+        log.info("saved checkpoint %s", final, extra={"step": step})
+        return final
+
+    def _prune(self) -> None:
+        entries = scan_checkpoints(self.root)
+        complete = [e.step for e in entries if e.complete]
+        for step in steps_to_delete(complete, self.keep_last, self.keep_every):
+            remove_tree(self.path_of(step))
+        newest = complete[-1] if complete else None
+        for entry in entries:  # torn directories older than the newest good one
+            if not entry.complete and newest is not None and entry.step < newest:
+                remove_tree(entry.path)
+
+    # ------------------------------------------------------------------ loading
+    def load(
+        self,
+        state: dict[str, Any],
+        step: int | None = None,
+        on_fallback: Callable[[CheckpointCorruptError], None] | None = None,
+    ) -> dict[str, Any]:
+        """Load tensors in place into ``state`` and return this rank's plain data.
+
+        With ``step=None`` the newest complete checkpoint is loaded; if it turns out to
+        be corrupt, the error is logged (and passed to ``on_fallback``) and the previous
+        one is tried. With an explicit ``step`` a corrupt checkpoint raises
+        :class:`CheckpointCorruptError` naming its path.
+
+        Raises:
+            FileNotFoundError: no checkpoint (of that step) exists under ``root``.
+        """
+        self.wait()
+        if step is not None:
+            return self._load_dir(self.path_of(step), state)
+        entries = scan_checkpoints(self.root)
+        if not entries:
+            raise FileNotFoundError(f"no checkpoints under {self.root}")
+        last_error: CheckpointCorruptError | None = None
+        for entry in reversed(entries):
+            try:
+                return self._load_dir(entry.path, state)
+            except CheckpointCorruptError as exc:
+                log.warning("skipping %s; falling back to an older checkpoint", exc)
+                if on_fallback is not None:
+                    on_fallback(exc)
+                last_error = exc
+        assert last_error is not None
+        raise last_error
+
+    def _load_dir(self, path: Path, state: dict[str, Any]) -> dict[str, Any]:
+        if not path.is_dir():
+            raise FileNotFoundError(f"checkpoint {path} does not exist")
+        manifest = verify_checkpoint(path)
+        try:
+            dcp.load(state, storage_reader=FileSystemReader(path), **self._dcp_kwargs())
+        except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
+            raise CheckpointCorruptError(path, f"{type(exc).__name__}: {exc}") from exc
+        extra_path = path / _extra_name(self.rank)
+        if not extra_path.exists():
+            if self.rank >= manifest["world_size"]:
+                log.warning(
+                    "checkpoint %s was saved by %d ranks; rank %d reads rank 0's data",
+                    path,
+                    manifest["world_size"],
+                    self.rank,
+                )
+            extra_path = path / _extra_name(0)
+        try:
+            return json.loads(extra_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointCorruptError(path, f"unreadable {extra_path.name}: {exc}") from None

@@ -1,0 +1,135 @@
+"""On-disk layout of checkpoints, without torch: naming, manifests, discovery, retention.
+
+A checkpoint of step ``s`` is the directory ``step-<s:09d>`` under the manager's root.
+It is written as ``.tmp-step-<s:09d>``, fsynced, renamed into place, and only then
+marked ``COMPLETE``. ``manifest.json`` lists every file with its size, so a truncated
+file is detected without reading the tensors. Anything without the marker is torn and
+is never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+COMPLETE_MARKER = "COMPLETE"
+MANIFEST = "manifest.json"
+_STEP_DIR = re.compile(r"^step-(\d{9,})$")
+TMP_PREFIX = ".tmp-step-"
+
+
+class CheckpointCorruptError(RuntimeError):
+    """A checkpoint directory is torn, truncated or unreadable; the message names the path."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"checkpoint {path} is corrupt: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def step_dir_name(step: int) -> str:
+    if step < 0:
+        raise ValueError(f"checkpoint step must be >= 0, got {step}")
+    return f"step-{step:09d}"
+
+
+def tmp_dir_name(step: int) -> str:
+    return f"{TMP_PREFIX}{step:09d}"
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a rename is durable only once its directory is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: Path, data: str) -> None:
+    """Write text to ``path`` and fsync it before returning."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_manifest(directory: Path, step: int, world_size: int) -> dict:
+    """Record every file's size in ``manifest.json`` (sizes are checked before loading)."""
+    files = {
+        p.name: p.stat().st_size
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name not in (MANIFEST, COMPLETE_MARKER)
+    }
+    manifest = {"step": step, "world_size": world_size, "files": files}
+    write_durably(directory / MANIFEST, json.dumps(manifest, indent=1))
+    return manifest
+
+
+def verify_checkpoint(directory: Path) -> dict:
+    """Return the manifest of a complete checkpoint, or raise CheckpointCorruptError."""
+    if not (directory / COMPLETE_MARKER).is_file():
+        raise CheckpointCorruptError(directory, f"no {COMPLETE_MARKER} marker (torn save)")
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointCorruptError(directory, f"unreadable {MANIFEST}: {exc}") from None
+    for name, size in files.items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointCorruptError(directory, f"file {name} is missing")
+        actual = path.stat().st_size
+        if actual != size:
+            raise CheckpointCorruptError(
+                directory, f"file {name} has {actual} bytes, the manifest says {size} (truncated?)"
+            )
+    return manifest
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """One step directory found under a root."""
+
+    step: int
+    path: Path
+    complete: bool
+    problem: str
+    size_bytes: int
+
+
+def scan_checkpoints(root: str | Path) -> list[CheckpointEntry]:
+    """Every ``step-*`` directory under ``root``, oldest first, with its verification result."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    entries = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if not match or not child.is_dir():
+            continue
+        try:
+            verify_checkpoint(child)
+            complete, problem = True, ""
+        except CheckpointCorruptError as exc:
+            complete, problem = False, exc.problem
+        size = sum(p.stat().st_size for p in child.iterdir() if p.is_file())
+        entries.append(CheckpointEntry(int(match.group(1)), child, complete, problem, size))
+    return sorted(entries, key=lambda e: e.step)
+
+
+def steps_to_delete(steps: list[int], keep_last: int, keep_every: int | None) -> list[int]:
+    """Retention: keep the newest ``keep_last`` steps and every step divisible by ``keep_every``."""
+    ordered = sorted(steps)
+    keep = set(ordered[-keep_last:]) if keep_last > 0 else set()
+    if keep_every:
+        keep |= {s for s in ordered if s % keep_every == 0}
+    return [s for s in ordered if s not in keep]
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
