@@ -1,0 +1,111 @@
+"""Parameter and FLOP counts of a DiT config (matmuls and attention, as FlopCounterMode counts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from krea2.dit.config import DiTConfig
+
+
+@dataclass
+class Cost:
+    """Parameters and FLOPs (multiply-add = 2) for one forward at a given batch and size."""
+
+    params: int
+    forward_flops: int
+    train_flops: int  # forward + backward (2x forward) + recomputation under AC
+
+    def as_dict(self) -> dict:
+        return {
+            "params": self.params,
+            "forward_flops": self.forward_flops,
+            "train_flops": self.train_flops,
+        }
+
+
+def param_count(cfg: DiTConfig) -> int:
+    """Exact parameter count from the config (no model built). krea2-12b: 12,820,073,036."""
+    d, hd, td = cfg.width, cfg.head_dim, cfg.text_dim
+
+    def block(dim: int, heads: int, kv: int, hidden: int, hdim: int) -> int:
+        attn = dim * heads * hdim * (3 if cfg.attn_gate else 2) + 2 * dim * kv * hdim
+        return attn + 2 * hdim + 3 * dim * hidden + 2 * dim
+
+    n = cfg.in_channels * d + d  # first
+    n += cfg.time_dim * d + d + d * d + d  # tmlp
+    n += (6 * d * d + 6 * d) if cfg.modulated else (cfg.timestep_tokens * d * (d + 1))
+    tblock = block(
+        td, cfg.text_heads, cfg.text_kv_heads, cfg.text_mlp_hidden_size, cfg.text_head_dim
+    )
+    n += (cfg.layerwise_blocks + cfg.refiner_blocks) * tblock + cfg.text_taps
+    n += td + td * d + d + d * d + d  # txtmlp
+    mblock = block(d, cfg.heads, cfg.kv_heads, cfg.mlp_hidden_size, hd)
+    n += cfg.depth * (mblock + (6 * d if cfg.modulated else 0))
+    n += d + d * cfg.in_channels + cfg.in_channels + (2 * d if cfg.modulated else 0)  # last
+    return n
+
+
+def _block_flops(
+    tokens: int, seq: int, dim: int, heads: int, kv: int, hidden: int, hd: int, gate: bool
+) -> int:
+    """FLOPs of one block over `tokens` total tokens in sequences of length `seq`."""
+    proj = dim * heads * hd * (3 if gate else 2) + 2 * dim * kv * hd
+    mlp = 3 * dim * hidden
+    attn = 4 * seq * heads * hd  # QK^T and PV per query token
+    return 2 * tokens * (proj + mlp) + tokens * attn
+
+
+def forward_flops(cfg: DiTConfig, batch: int, image_tokens: int, text_tokens: int = 512) -> int:
+    """FLOPs of one forward for `batch` samples of `image_tokens` + `text_tokens` tokens."""
+    d, td, t, n = cfg.width, cfg.text_dim, text_tokens, image_tokens
+    seq = t + n + cfg.timestep_tokens
+    f = 2 * n * cfg.in_channels * d  # first
+    f += 2 * (cfg.time_dim * d + d * d)  # tmlp, one token
+    f += 2 * 6 * d * d if cfg.modulated else 2 * cfg.timestep_tokens * d * d
+    tb = dict(
+        dim=td,
+        heads=cfg.text_heads,
+        kv=cfg.text_kv_heads,
+        hidden=cfg.text_mlp_hidden_size,
+        hd=cfg.text_head_dim,
+        gate=cfg.attn_gate,
+    )
+    f += cfg.layerwise_blocks * _block_flops(t * cfg.text_taps, cfg.text_taps, **tb)
+    f += 2 * t * td * cfg.text_taps  # projector (taps -> 1, per channel)
+    f += cfg.refiner_blocks * _block_flops(t, t, **tb)
+    f += 2 * t * (td * d + d * d)  # txtmlp
+    f += cfg.depth * _block_flops(
+        seq, seq, d, cfg.heads, cfg.kv_heads, cfg.mlp_hidden_size, cfg.head_dim, cfg.attn_gate
+    )
+    f += 2 * n * d * cfg.in_channels  # last
+    return batch * f
+
+
+def cost(
+    cfg: DiTConfig,
+    batch: int,
+    image_tokens: int,
+    text_tokens: int = 512,
+    checkpointing: str | None = None,
+) -> Cost:
+    """Parameters, forward FLOPs and training-step FLOPs (3x forward; full AC re-runs the
+    blocks' forward once more)."""
+    fwd = forward_flops(cfg, batch, image_tokens, text_tokens)
+    train = 3 * fwd
+    if checkpointing == "full":
+        seq = text_tokens + image_tokens + cfg.timestep_tokens
+        train += (
+            batch
+            * cfg.depth
+            * _block_flops(
+                seq,
+                seq,
+                cfg.width,
+                cfg.heads,
+                cfg.kv_heads,
+                cfg.mlp_hidden_size,
+                cfg.head_dim,
+                cfg.attn_gate,
+            )
+        )
+    return Cost(param_count(cfg), fwd, train)
