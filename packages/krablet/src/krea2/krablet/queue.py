@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from krea2.infra.errors import UserError
+from krea2.krablet.batch_sql import column_params, unnest_from, value_expr
 from krea2.krablet.cluster import Cluster
 from krea2.krablet.schema import Job, Table
 
@@ -63,6 +64,9 @@ class Queue:
         self._k = sql.Identifier(table.key)
         inputs = list(self.job.inputs) if self.job.inputs else list(table.columns)
         self.inputs = [c for c in inputs if c != table.key]
+        self._result_columns = [("_k", table.key_type)] + [
+            (c, table.all_columns[c]) for c in self.job.results
+        ]
         self._sql = self._statements()
 
     # -- SQL, built once per queue --------------------------------------------------------
@@ -84,7 +88,7 @@ WITH c AS MATERIALIZED (
 ), live AS MATERIALIZED (
     SELECT {k} AS key FROM {t} WHERE {k} IN (SELECT key FROM c) AND ({pred})
 ), stale AS (
-    DELETE FROM {q} q USING c WHERE q.key = c.key AND q.key NOT IN (SELECT key FROM live)
+    DELETE FROM {q} q USING (SELECT key FROM c EXCEPT ALL SELECT key FROM live) s WHERE q.key = s.key
 ), upd AS (
     UPDATE {q} q SET next_try_at = now() + make_interval(secs => %(lease)s),
         attempts = q.attempts + 1, owner = %(owner)s, token = %(token)s, last_tried_at = now()
@@ -101,27 +105,19 @@ FROM upd JOIN {t} w ON w.{k} = upd.key ORDER BY upd.key""").format(
             ),
             "complete": sql.SQL("""
 WITH done AS (
-    DELETE FROM {q} q USING unnest(%(keys)s::{kt}[]) AS d(key)
+    DELETE FROM {q} q USING unnest(%(p0)s::{kt}[]) AS d(key)
     WHERE q.key = d.key AND q.token = %(token)s RETURNING q.key
 )
 UPDATE {t} w SET {sets}
-FROM unnest(%(keys)s::{kt}[], {arrays}) AS v(key, {names})
-WHERE w.{k} = v.key AND v.key IN (SELECT key FROM done)
+FROM {source}
+WHERE w.{k} = v._k AND v._k IN (SELECT key FROM done)
 RETURNING w.{k}""").format(
-                q=q,
-                t=t,
-                k=k,
-                kt=key_type,
+                q=q, t=t, k=k, kt=key_type,
                 sets=sql.SQL(", ").join(
-                    sql.SQL("{} = v.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in res
+                    sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ))
+                    for c, typ in self._result_columns[1:]
                 ),
-                arrays=sql.SQL(", ").join(
-                    sql.SQL("%({})s::{}[]").format(
-                        sql.Identifier(f"r_{c}"), sql.SQL(self.table.all_columns[c])
-                    )
-                    for c in res
-                ),
-                names=sql.SQL(", ").join(sql.Identifier(c) for c in res),
+                source=unnest_from(self._result_columns),
             ),
             "fail": sql.SQL("""
 UPDATE {q} q SET
@@ -193,9 +189,9 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
                     f"job {self.job.name!r} result for {key!r} leaves the done column {done!r} NULL"
                 )
         keys = sorted(by_key)
-        params: dict[str, Any] = {"keys": keys, "token": claim.token}
-        for c in self.job.results:
-            params[f"r_{c}"] = [_adapt(by_key[k].get(c), self.table.all_columns[c]) for k in keys]
+        rows = [(k, *(by_key[k].get(c) for c in self.job.results)) for k in keys]
+        params: dict[str, Any] = column_params(self._result_columns, rows)
+        params["token"] = claim.token
         with self._conn(claim.shard) as conn:
             written = [r[0] for r in conn.execute(self._sql["complete"], params).fetchall()]
         return written
@@ -280,11 +276,3 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at <= now() LIMIT
         "estimated_rows": row[4],
         "capped_at": cap,
     }
-
-
-def _adapt(value: Any, typ: str) -> Any:
-    if typ == "jsonb" and value is not None:
-        from psycopg.types.json import Jsonb
-
-        return Jsonb(value)
-    return value

@@ -1,0 +1,263 @@
+"""The funnel: per-shard writers that coalesce upserts and patches into batched statements.
+
+Each shard has one writer thread with its own connection. Calls append rows to the shard's
+buffer, where consecutive writes of the same (table, operation, column set) coalesce by key
+(last write wins). The writer takes up to ``max_batch`` rows of the oldest group, sorts them by
+key (so concurrent writers lock rows in the same order and never deadlock) and sends them as
+one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO UPDATE … WHERE … IS DISTINCT FROM …``
+(or one ``UPDATE … FROM unnest(…)`` for patches), which skips no-op updates. ``flush()``
+returns once everything written before it is committed. With ``durable=False`` the writers
+commit with ``synchronous_commit=off`` (fire-and-forget, for idempotent writes). A lost
+connection (Postgres restart) is retried with backoff; the rows stay buffered meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from krea2.infra.errors import UserError
+from krea2.krablet.batch_sql import column_params, unnest_from, value_expr
+from krea2.krablet.schema import Table
+
+if TYPE_CHECKING:
+    from krea2.krablet.warehouse import Warehouse
+
+log = logging.getLogger(__name__)
+OPS = ("upsert", "patch")
+
+
+class FunnelError(UserError):
+    """A batch the database refused (bad value for a column type, …); the data is untouched."""
+
+
+@dataclass
+class _Group:
+    table: str
+    op: str
+    columns: tuple[str, ...]
+    rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    seq: int = 0
+
+
+def write_statement(t: Table, op: str, columns: tuple[str, ...]) -> sql.Composable:
+    """The one statement that writes a batch of rows with these columns (key first)."""
+    typed = [("_k", t.key_type)] + [(c, t.all_columns[c]) for c in columns]
+    tbl, key = sql.Identifier(t.name), sql.Identifier(t.key)
+    cols = [sql.Identifier(c) for c in columns]
+    if op == "patch":
+        sets = sql.SQL(", ").join(
+            sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ)) for c, typ in typed[1:]
+        )
+        changed = sql.SQL(" OR ").join(
+            sql.SQL("w.{} IS DISTINCT FROM {}").format(sql.Identifier(c), value_expr("v", c, typ))
+            for c, typ in typed[1:]
+        )
+        return sql.SQL("UPDATE {t} w SET {sets} FROM {src} WHERE w.{k} = v._k AND ({changed})").format(
+            t=tbl, sets=sets, src=unnest_from(typed), k=key, changed=changed
+        )
+    exprs = sql.SQL(", ").join(value_expr("v", c, typ) for c, typ in typed)
+    insert = sql.SQL("INSERT INTO {t} AS w ({k}{cols}) SELECT {exprs} FROM {src}").format(
+        t=tbl, k=key, cols=sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols),
+        exprs=exprs, src=unnest_from(typed),
+    )
+    if not columns:
+        return sql.SQL("{} ON CONFLICT ({}) DO NOTHING").format(insert, key)
+    sets = sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in cols)
+    old = sql.SQL(", ").join(sql.SQL("w.{}").format(c) for c in cols)
+    new = sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(c) for c in cols)
+    return sql.SQL("{} ON CONFLICT ({}) DO UPDATE SET {} WHERE ROW({}) IS DISTINCT FROM ROW({})").format(
+        insert, key, sets, old, new
+    )
+
+
+class _ShardWriter(threading.Thread):
+    def __init__(self, funnel: Funnel, shard: int) -> None:
+        super().__init__(name=f"krablet-funnel-{shard}", daemon=True)
+        self.funnel, self.shard = funnel, shard
+        self.cond = threading.Condition()
+        self.groups: list[_Group] = []
+        self.seq = 0  # rows accepted
+        self.done = 0  # highest seq committed (or refused)
+        self.errors: list[str] = []
+        self.stopping = False
+        self.conn: psycopg.Connection | None = None
+        self.batches = 0
+
+    def add(self, table: str, op: str, rows: Iterable[dict[str, Any]], key: str) -> None:
+        with self.cond:
+            for row in rows:
+                cols = tuple(sorted(c for c in row if c != key))
+                last = self.groups[-1] if self.groups else None
+                if last is None or (last.table, last.op, last.columns) != (table, op, cols):
+                    last = _Group(table, op, cols)
+                    self.groups.append(last)
+                self.seq += 1
+                last.rows[row[key]] = row
+                last.seq = self.seq
+            self.cond.notify_all()
+
+    def wait_flushed(self, timeout: float | None) -> list[str]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            target = self.seq
+            while self.done < target:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"funnel flush to shard {self.shard} timed out")
+                self.cond.wait(left)
+            errors, self.errors = self.errors, []
+        return errors
+
+    def _take(self) -> tuple[_Group, int] | None:
+        with self.cond:
+            while not self.groups and not self.stopping:
+                self.cond.wait(0.5)
+            if not self.groups:
+                return None
+            linger = self.funnel.linger_s
+            if linger and len(self.groups) == 1 and len(self.groups[0].rows) < self.funnel.max_batch:
+                self.cond.wait(linger)  # let a few more rows coalesce into this batch
+            group = self.groups[0]
+            if len(group.rows) <= self.funnel.max_batch:
+                self.groups.pop(0)
+                return group, group.seq
+            keys = list(group.rows)[: self.funnel.max_batch]
+            part = _Group(group.table, group.op, group.columns, {k: group.rows.pop(k) for k in keys})
+            return part, 0  # more of this group is still buffered: progress is marked later
+
+    def run(self) -> None:
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            group, seq = taken
+            error = self._write(group)
+            with self.cond:
+                if error:
+                    self.errors.append(error)
+                if seq:
+                    self.done = max(self.done, seq)
+                self.cond.notify_all()
+
+    def _connect(self) -> psycopg.Connection:
+        if self.conn is None or self.conn.closed:
+            options = {} if self.funnel.durable else {"options": "-c synchronous_commit=off"}
+            self.conn = psycopg.connect(self.funnel.wh.cluster.shards[self.shard], autocommit=True, **options)
+        return self.conn
+
+    def _write(self, group: _Group) -> str | None:
+        t = self.funnel.wh.table(group.table)
+        stmt = self.funnel.statement(t, group.op, group.columns)
+        keys = sorted(group.rows)
+        rows = [(k, *(group.rows[k].get(c) for c in group.columns)) for k in keys]
+        params = column_params([("_k", t.key_type)] + [(c, t.all_columns[c]) for c in group.columns], rows)
+        delay = 0.1
+        while True:
+            try:
+                self._connect().execute(stmt, params)
+                self.batches += 1
+                return None
+            except psycopg.OperationalError as exc:
+                if self.stopping and self.funnel.give_up_on_close:
+                    return f"shard {self.shard} unreachable at close: {exc}"
+                log.warning("funnel: shard %d unreachable (%s); retrying in %.1fs", self.shard,
+                            type(exc).__name__, delay)
+                if self.conn is not None:
+                    self.conn.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except psycopg.Error as exc:  # the data is wrong, not the connection
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                return f"{group.op} into {group.table} ({len(rows)} rows) refused: {msg}"
+
+
+class Funnel:
+    """Batched writes to every shard of a warehouse. Use as a context manager or call close().
+
+    ``upsert`` inserts rows or updates the given columns of existing ones; ``patch`` updates the
+    given columns of existing rows only. Each row is a mapping holding the table's key.
+    """
+
+    def __init__(self, wh: Warehouse, durable: bool = True, max_batch: int = 1000,
+                 linger_s: float = 0.0, give_up_on_close: bool = False) -> None:
+        self.wh = wh
+        self.durable = durable
+        self.max_batch = max_batch
+        self.linger_s = linger_s
+        self.give_up_on_close = give_up_on_close
+        self._statements: dict[tuple, sql.Composable] = {}
+        self._writers = [_ShardWriter(self, i) for i in range(len(wh.cluster))]
+        for w in self._writers:
+            w.start()
+
+    def statement(self, t: Table, op: str, columns: tuple[str, ...]) -> sql.Composable:
+        sig = (t.name, op, columns)
+        stmt = self._statements.get(sig)
+        if stmt is None:
+            stmt = self._statements[sig] = write_statement(t, op, columns)
+        return stmt
+
+    def _route(self, table: str, op: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        t = self.wh.table(table)
+        by_shard: dict[int, list[dict[str, Any]]] = {}
+        n = 0
+        for row in rows:
+            if not isinstance(row, Mapping):
+                raise UserError(f"{op} into {table}: each row must be a mapping, got {type(row).__name__}")
+            if t.key not in row or row[t.key] is None:
+                raise UserError(f"{op} into {table}: a row has no key {t.key!r}")
+            for col in row:
+                t.check_column(col, f"{op} into {table}")
+            if op == "patch" and len(row) == 1:
+                continue
+            by_shard.setdefault(self.wh.cluster.shard_of(row[t.key]), []).append(dict(row))
+            n += 1
+        for shard, shard_rows in by_shard.items():
+            self._writers[shard].add(table, op, shard_rows, t.key)
+        return n
+
+    def upsert(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Queue rows for insert-or-update; returns how many were accepted."""
+        return self._route(table, "upsert", rows)
+
+    def patch(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Queue column updates of existing rows (unknown keys are ignored)."""
+        return self._route(table, "patch", rows)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every write accepted so far is committed; raise FunnelError for refused batches."""
+        errors = [e for w in self._writers for e in w.wait_flushed(timeout)]
+        if errors:
+            raise FunnelError("; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""))
+
+    @property
+    def batches_written(self) -> int:
+        return sum(w.batches for w in self._writers)
+
+    def close(self, flush: bool = True) -> None:
+        try:
+            if flush:
+                self.flush()
+        finally:
+            for w in self._writers:
+                with w.cond:
+                    w.stopping = True
+                    w.cond.notify_all()
+            for w in self._writers:
+                w.join(timeout=10)
+                if w.conn is not None:
+                    w.conn.close()
+
+    def __enter__(self) -> Funnel:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        self.close(flush=exc_type is None)
