@@ -1,0 +1,258 @@
+"""Load and save DiT weights in the released (Krea) and diffusers formats; convert between them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor, nn
+
+from krea2.dit.config import DiTConfig, swiglu_hidden
+from krea2.dit.diffusers_config import from_diffusers_config, to_diffusers_config
+from krea2.dit.keymap import detect_format, krea_to_diffusers, strip_prefix, to_krea
+from krea2.infra.errors import UserError
+
+CONFIG_KEY = "krea2.dit.config"  # safetensors metadata entry holding our DiTConfig as JSON
+DIFFUSERS_WEIGHTS = "diffusion_pytorch_model.safetensors"
+DIFFUSERS_INDEX = "diffusion_pytorch_model.safetensors.index.json"
+
+
+class CheckpointError(UserError):
+    """A checkpoint that does not fit the model (keys, shapes, dtypes) or cannot be read."""
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            return {k: f.get_tensor(k) for k in f.keys()}, meta  # noqa: SIM118
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"cannot read safetensors file {path}: {e}") from e
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], DiTConfig | None]:
+    """(state dict with released key names, config if the file records one).
+
+    `path`: a .safetensors file (released keys, optional `diffusion_model.` prefix, or
+    diffusers keys) or a diffusers folder (config.json + diffusion_pytorch_model*.safetensors).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    cfg = None
+    if path.is_dir():
+        conf = path / "config.json"
+        if (path / "transformer" / "config.json").exists():
+            path, conf = path / "transformer", path / "transformer" / "config.json"
+        if not conf.exists():
+            raise CheckpointError(f"{path} is a folder without config.json (not a diffusers model)")
+        d = json.loads(conf.read_text())
+        cfg = from_diffusers_config(d, patch=int(d.get("krea2_patch", 2)), name=path.name)
+        if (path / DIFFUSERS_INDEX).exists():
+            index = json.loads((path / DIFFUSERS_INDEX).read_text())
+            sd: dict[str, Tensor] = {}
+            for shard in sorted(set(index["weight_map"].values())):
+                sd.update(_read_safetensors(path / shard)[0])
+        elif (path / DIFFUSERS_WEIGHTS).exists():
+            sd = _read_safetensors(path / DIFFUSERS_WEIGHTS)[0]
+        else:
+            raise CheckpointError(f"{path} has config.json but no {DIFFUSERS_WEIGHTS}")
+    else:
+        sd, meta = _read_safetensors(path)
+        if CONFIG_KEY in meta:
+            cfg = DiTConfig(**json.loads(meta[CONFIG_KEY]))
+    if not sd:
+        raise CheckpointError(f"checkpoint {path} holds no tensors")
+    return to_krea(sd), cfg
+
+
+def infer_config(sd: dict[str, Tensor], patch: int = 2) -> DiTConfig:
+    """A DiTConfig from the shapes of a released-format state dict (RoPE axes by formula)."""
+    sd = strip_prefix(sd)
+    try:
+        width, in_ch = sd["first.weight"].shape
+        hd = sd["blocks.0.attn.qknorm.qnorm.scale"].shape[0]
+        thd = sd["txtfusion.refiner_blocks.0.attn.qknorm.qnorm.scale"].shape[0]
+        text_dim = sd["txtmlp.0.scale"].shape[0]
+    except KeyError as e:
+        raise CheckpointError(f"cannot infer the config: key {e.args[0]!r} is missing") from e
+
+    def count(prefix: str) -> int:
+        return len({k.split(".")[len(prefix.split("."))] for k in sd if k.startswith(prefix + ".")})
+
+    cfg = DiTConfig(
+        width=width,
+        depth=count("blocks"),
+        heads=width // hd,
+        kv_heads=sd["blocks.0.attn.wk.weight"].shape[0] // hd,
+        mlp_hidden=sd["blocks.0.mlp.gate.weight"].shape[0],
+        time_dim=sd["tmlp.0.weight"].shape[1],
+        text_dim=text_dim,
+        text_taps=sd["txtfusion.projector.weight"].shape[1],
+        text_heads=text_dim // thd,
+        text_kv_heads=sd["txtfusion.refiner_blocks.0.attn.wk.weight"].shape[0] // thd,
+        text_mlp_hidden=sd["txtfusion.refiner_blocks.0.mlp.gate.weight"].shape[0],
+        layerwise_blocks=count("txtfusion.layerwise_blocks"),
+        refiner_blocks=count("txtfusion.refiner_blocks"),
+        patch=patch,
+        latent_channels=in_ch // (patch * patch),
+        attn_gate="blocks.0.attn.gate.weight" in sd,
+        name="inferred",
+    )
+    # Keep derivable sizes implicit so an inferred release config equals the named one.
+    if cfg.mlp_hidden == swiglu_hidden(cfg.width, cfg.mlp_multiplier):
+        cfg.mlp_hidden = None
+    if cfg.text_mlp_hidden == swiglu_hidden(cfg.text_dim, cfg.mlp_multiplier):
+        cfg.text_mlp_hidden = None
+    return cfg
+
+
+def load_weights(
+    model: nn.Module,
+    source: str | Path | dict[str, Tensor],
+    *,
+    assign: bool = False,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Strictly load a checkpoint (path or state dict, either format) into a Krea2DiT.
+
+    Raises CheckpointError naming the first missing and first unexpected key (with counts),
+    a shape mismatch, or a dtype mismatch. With `assign` (meta-built models) tensors are
+    adopted without a copy; their floating dtype must then equal the model's, or `dtype`
+    must be given to cast while loading.
+    """
+    sd = read_checkpoint(source)[0] if isinstance(source, str | Path) else to_krea(source)
+    want = model.state_dict()
+    missing = [k for k in want if k not in sd]
+    unexpected = [k for k in sd if k not in want]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (first: {missing[0]!r})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (first: {unexpected[0]!r})")
+        raise CheckpointError(
+            f"checkpoint does not match config {model.cfg.name!r}: {', '.join(parts)}; "
+            "check --config / the checkpoint's model shape"
+        )
+    for k, ref in want.items():
+        v = sd[k]
+        if tuple(v.shape) != tuple(ref.shape):
+            raise CheckpointError(
+                f"checkpoint tensor {k!r} has shape {tuple(v.shape)}, model expects "
+                f"{tuple(ref.shape)} (config {model.cfg.name!r})"
+            )
+        if not v.is_floating_point():
+            raise CheckpointError(f"checkpoint tensor {k!r} has non-float dtype {v.dtype}")
+        target = dtype or ref.dtype
+        if v.dtype != target:
+            if assign and dtype is None:
+                raise CheckpointError(
+                    f"checkpoint tensor {k!r} is {v.dtype} but the model expects {ref.dtype}; "
+                    f"pass dtype={v.dtype} (CLI --dtype) to load as is, or cast the checkpoint"
+                )
+            sd[k] = v.to(target)
+    model.load_state_dict(sd, strict=True, assign=assign)
+
+
+def from_pretrained(
+    path: str | Path,
+    *,
+    config: DiTConfig | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+) -> nn.Module:
+    """Build a Krea2DiT on the meta device and load `path` with assign (no second copy).
+
+    The config comes from `config`, else the file's metadata or diffusers config.json, else
+    it is inferred from tensor shapes. `dtype` casts every tensor (norms included);
+    None keeps the checkpoint's dtypes.
+    """
+    from krea2.dit.model import Krea2DiT
+
+    sd, file_cfg = read_checkpoint(path)
+    cfg = config or file_cfg or infer_config(sd)
+    with torch.device("meta"):
+        model = Krea2DiT(cfg)
+    if dtype is not None:
+        sd = {k: v.to(dtype) for k, v in sd.items()}
+        model = model.to(dtype)
+    else:
+        dtypes = {v.dtype for v in sd.values()}
+        if len(dtypes) == 1:
+            model = model.to(next(iter(dtypes)))
+        else:  # mixed checkpoints (e.g. bf16 matmuls, fp32 norms): adopt each tensor's dtype
+            for name, p in model.named_parameters():
+                p.data = p.data.to(sd[name].dtype)
+    sd = {k: v.to(device) for k, v in sd.items()}
+    load_weights(model, sd, assign=True)
+    return model.to(device).eval()
+
+
+def save_weights(
+    model_or_sd: nn.Module | dict[str, Tensor],
+    path: str | Path,
+    *,
+    format: str = "krea",
+    config: DiTConfig | None = None,
+) -> Path:
+    """Save in the released key names (`format="krea"`, one .safetensors with our config in
+    the metadata) or as a diffusers folder (`format="diffusers"`: config.json +
+    diffusion_pytorch_model.safetensors, loadable by Krea2Transformer2DModel.from_pretrained).
+    """
+    if isinstance(model_or_sd, nn.Module):
+        cfg = config or model_or_sd.cfg
+        sd = model_or_sd.state_dict()
+    else:
+        cfg, sd = config, to_krea(model_or_sd)
+    sd = {k: v.detach().contiguous().cpu() for k, v in sd.items()}
+    path = Path(path)
+    if format == "krea":
+        meta = {CONFIG_KEY: json.dumps(dataclasses.asdict(cfg))} if cfg is not None else {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        save_file(sd, str(tmp), metadata=meta)
+        tmp.replace(path)
+        return path
+    if format == "diffusers":
+        if cfg is None:
+            raise UserError("saving in the diffusers format needs the model config")
+        dconf = to_diffusers_config(cfg) | {"_diffusers_version": _diffusers_version()}
+        if cfg.patch != 2:
+            dconf["krea2_patch"] = cfg.patch  # a pipeline setting; recorded for our reader
+        path.mkdir(parents=True, exist_ok=True)
+        dsd = {k: v.contiguous() for k, v in krea_to_diffusers(sd).items()}
+        save_file(dsd, str(path / DIFFUSERS_WEIGHTS), metadata={"format": "pt"})
+        (path / "config.json").write_text(json.dumps(dconf, indent=2) + "\n")
+        return path
+    raise UserError(f"unknown weights format {format!r}; choose 'krea' or 'diffusers'")
+
+
+def convert(src: str | Path, dst: str | Path, to: str) -> Path:
+    """Convert a checkpoint file/folder to `to` = "diffusers" (folder) or "krea" (file)."""
+    sd, cfg = read_checkpoint(src)
+    if cfg is None:
+        cfg = infer_config(sd)
+    return save_weights(sd, dst, format=to, config=cfg)
+
+
+def _diffusers_version() -> str:
+    import diffusers
+
+    return diffusers.__version__
+
+
+__all__ = [
+    "CheckpointError",
+    "convert",
+    "detect_format",
+    "from_pretrained",
+    "infer_config",
+    "load_weights",
+    "read_checkpoint",
+    "save_weights",
+]
