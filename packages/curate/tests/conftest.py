@@ -90,3 +90,11 @@ def corrupt_corpus(real_photos: dict[str, bytes]) -> dict[str, tuple[bytes, str 
         "palette_alpha.png": (_encode(palette, "PNG"), None),
         "animated.gif": (gif.getvalue(), None),
     }
+
+
+@pytest.fixture(scope="session")
+def ocr_engine():
+    """One rapidocr engine for the whole session (creating one costs 1–2 s)."""
+    from krea2.curate.ocr import OcrEngine
+
+    return OcrEngine()

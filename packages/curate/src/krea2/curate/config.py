@@ -1,0 +1,86 @@
+"""Typed curate configuration: decode limits, per-resolution-stage thresholds, dedup, OCR."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StageThresholds:
+    """Cheap-filter and text thresholds for one resolution stage.
+
+    Scores are computed on the analysis pixels (longest side ``DecodeConfig.analysis_size``),
+    except sizes, which are of the original image.
+    """
+
+    min_side: int = 256  # px, shorter side of the original
+    max_aspect: float = 3.0  # longer / shorter side (DataComp's basic filter uses 3)
+    reject_animated: bool = True
+    max_laplacian_var: float = 5000.0  # grey levels², cv2.Laplacian 3×3
+    min_entropy: float = 0.05  # bits, mean of the three channel histograms
+    max_white_ratio: float = 0.99  # share of pixels with every channel ≥ 250
+    max_black_ratio: float = 0.99  # share of pixels with every channel ≤ 5
+    max_flat_ratio: float = 0.995  # share of pixels within ±8 of the median colour
+    max_border_fraction: float = 0.03  # widest uniform edge band / image side
+    max_complexity: float = 0.30  # share of Canny edge pixels
+    max_text_area: float = 0.15  # OCR box area / image area
+    min_text_height: float = 6.0  # px: median text-line height after resizing to the stage
+
+
+def _stages() -> dict[str, StageThresholds]:
+    # Thresholds are re-tuned as resolution rises (report §2.3): bigger minimum sizes, and
+    # text only needs to stay legible at the stage's own resolution.
+    return {
+        "256": StageThresholds(min_side=256, max_text_area=0.15, min_text_height=6.0),
+        "512": StageThresholds(min_side=512, max_text_area=0.25, min_text_height=6.0),
+        "1024": StageThresholds(min_side=1024, max_text_area=0.40, min_text_height=6.0),
+    }
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Per-image decode bounds (see ``krea2.curate.decode.DecodeLimits``)."""
+
+    max_bytes: int = 256 * 2**20
+    max_pixels: int = 80_000_000
+    max_seconds: float = 20.0
+    analysis_size: int = 256
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Near-duplicate thresholds: a pair is a duplicate when both distances are within."""
+
+    phash12_max_distance: int = 20  # of 144 bits
+    colorhash_max_distance: int = 6  # of 42 bits
+    bands: int = 8  # multi-index hashing: the phash is cut into this many bands
+
+
+@dataclass(frozen=True)
+class OcrConfig:
+    """OCR job settings."""
+
+    decode_size: int = 640  # px, longest side the OCR job decodes at
+    min_score: float = 0.5  # rapidocr line confidence below which a line is ignored
+
+
+@dataclass(frozen=True)
+class CurateConfig:
+    """Everything ``krea2 curate`` reads; ``stage`` picks the thresholds in ``stages``."""
+
+    stage: str = "256"
+    stages: dict[str, StageThresholds] = field(default_factory=_stages)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
+
+    def thresholds(self) -> StageThresholds:
+        """The thresholds of the configured stage."""
+        from krea2.infra.errors import UserError
+
+        if self.stage not in self.stages:
+            raise UserError(
+                f"stage {self.stage!r} has no thresholds; configured stages are "
+                f"{sorted(self.stages)} (set curate.stage or add [stages.{self.stage}])"
+            )
+        return self.stages[self.stage]

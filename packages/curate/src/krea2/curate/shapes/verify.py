@@ -1,0 +1,196 @@
+"""The rubric verifier: a prompt or scene becomes checkable requirements, each checked on an image."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from krea2.curate.shapes.analyze import COLOR_DISTANCE, DetectedObject, analyze
+from krea2.curate.shapes.captions import NUMBER_WORDS, plural, where
+from krea2.curate.shapes.spec import CELLS, COLORS, SHAPES, Scene
+
+if TYPE_CHECKING:
+    from krea2.curate.ocr import OcrEngine
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One verifiable claim. ``kind``: ``object`` (colour+shape present), ``position``
+    (colour+shape in ``cell``), ``count`` (exactly ``count`` of colour+shape), ``total``
+    (exactly ``count`` shapes in all) or ``word`` (``word`` is written)."""
+
+    kind: str
+    color: str | None = None
+    shape: str | None = None
+    cell: int | None = None
+    count: int | None = None
+    word: str | None = None
+
+    def describe(self) -> str:
+        thing = f"{self.color} {self.shape}"
+        article = "an" if thing[0] in "aeiou" else "a"
+        if self.kind == "object":
+            return f"{article} {thing}"
+        if self.kind == "position":
+            return f"{article} {thing} {where(self.cell or 0)}"
+        if self.kind == "count":
+            return f"exactly {self.count} {self.color} {plural(self.shape or '', self.count or 0)}"
+        if self.kind == "total":
+            return f"exactly {self.count} {plural('shape', self.count or 0)}"
+        return f'the word "{self.word}"'
+
+
+@dataclass(frozen=True)
+class RequirementResult:
+    requirement: Requirement
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Per-requirement results; ``score`` is the share passed (1.0 for no requirements)."""
+
+    results: tuple[RequirementResult, ...]
+    objects: tuple[DetectedObject, ...] = field(default=())
+
+    @property
+    def score(self) -> float:
+        if not self.results:
+            return 1.0
+        return sum(r.passed for r in self.results) / len(self.results)
+
+    def by_kind(self) -> dict[str, float]:
+        """Mean pass rate per requirement kind (the sub-scores of the reward)."""
+        groups: dict[str, list[bool]] = {}
+        for r in self.results:
+            groups.setdefault(r.requirement.kind, []).append(r.passed)
+        return {k: sum(v) / len(v) for k, v in groups.items()}
+
+
+def scene_requirements(scene: Scene) -> list[Requirement]:
+    """Every requirement a scene implies: each object's colour+shape and cell, the count of
+    each colour+shape, the total count, and the word."""
+    reqs = [Requirement("object", o.color, o.shape) for o in scene.objects]
+    reqs += [Requirement("position", o.color, o.shape, o.cell) for o in scene.objects]
+    kinds = Counter((o.color, o.shape) for o in scene.objects)
+    reqs += [Requirement("count", c, s, count=n) for (c, s), n in sorted(kinds.items())]
+    reqs.append(Requirement("total", count=len(scene.objects)))
+    if scene.word is not None:
+        reqs.append(Requirement("word", word=scene.word.text))
+    return _unique(reqs)
+
+
+def _unique(reqs: list[Requirement]) -> list[Requirement]:
+    # Two red circles give two identical "object" requirements; checking one is enough.
+    return list(dict.fromkeys(reqs))
+
+
+_NUMBER = {w: i for i, w in enumerate(NUMBER_WORDS)} | {"a": 1, "an": 1}
+_COLOR = "|".join(sorted(COLORS, key=len, reverse=True))
+_SHAPE = "|".join(SHAPES)
+_CELL_NAMES = {name: i for i, name in enumerate(CELLS)} | {"middle": 4, "centre": 4}
+_CELL = "|".join(sorted((re.escape(n) for n in _CELL_NAMES), key=len, reverse=True))
+_COUNT = r"(?:\d+|" + "|".join(_NUMBER) + ")"
+_OBJECT_RE = re.compile(
+    rf"(?:\b(?P<n>{_COUNT})\s+)?(?:(?:small|medium|large|big|tiny)\s+)?"
+    rf"\b(?P<color>{_COLOR})\s+(?P<shape>{_SHAPE})(?P<pl>e?s)?\b"
+)
+_CELL_RE = re.compile(rf"\b(?:in|at|on)\s+the\s+(?P<cell>{_CELL})\b")
+_TOTAL_RE = re.compile(rf"\b(?P<n>{_COUNT})\s+shapes?\b")
+_WORD_RE = re.compile(r"\bword\s+[\"“']([^\"”']+)[\"”']|text\s+[\"“']([^\"”']+)[\"”']")
+
+
+def _number(token: str | None, plural_form: bool) -> int | None:
+    if token is None:
+        return None if plural_form else 1
+    return int(token) if token.isdigit() else _NUMBER[token]
+
+
+def parse_prompt(prompt: str) -> list[Requirement]:
+    """Split a prompt into requirements.
+
+    Understands the ShapesWorld caption formats and free prompts such as
+    ``"two red circles, a blue square in the top left and the word 'SUN'"``: each
+    colour+shape mention is an ``object``; a cell phrase in the same clause makes it a
+    ``position``; an explicit plural number makes it a ``count``; "N shapes" is a ``total``;
+    a quoted word after "word"/"text" is a ``word``. A JSON scene spec is read as the scene.
+    """
+    text = prompt.strip()
+    if text.startswith("{"):
+        try:
+            return scene_requirements(Scene.from_json(text))
+        except (ValueError, KeyError, TypeError):
+            pass
+    reqs: list[Requirement] = []
+    for m in _WORD_RE.finditer(text):
+        reqs.append(Requirement("word", word=(m.group(1) or m.group(2)).strip()))
+    lowered = _WORD_RE.sub(" ", text).lower()
+    for clause in re.split(r"[.;,]|\band\b|\bwith\b", lowered):
+        objects = list(_OBJECT_RE.finditer(clause))
+        cells = list(_CELL_RE.finditer(clause))
+        for m in objects:
+            color, shape = m.group("color"), m.group("shape")
+            reqs.append(Requirement("object", color, shape))
+            n = _number(m.group("n"), bool(m.group("pl")))
+            if n is not None and (m.group("pl") or (m.group("n") or "").isdigit()):
+                reqs.append(Requirement("count", color, shape, count=n))
+        if len(objects) == 1 and len(cells) == 1:
+            o = objects[0]
+            reqs.append(Requirement("position", o.group("color"), o.group("shape"),
+                                    _CELL_NAMES[cells[0].group("cell")]))  # fmt: skip
+        for m in _TOTAL_RE.finditer(clause):
+            reqs.append(Requirement("total", count=_number(m.group("n"), True)))
+    return _unique(reqs)
+
+
+def check(
+    reqs: list[Requirement], objects: list[DetectedObject], words: str | None
+) -> list[RequirementResult]:
+    """Check requirements against detected objects and OCR'd text (``None``: not read)."""
+    out = []
+    for r in reqs:
+        same = [o for o in objects if o.color == r.color and o.shape == r.shape]
+        if r.kind == "object":
+            ok, detail = bool(same), f"{len(same)} found"
+        elif r.kind == "position":
+            cells = sorted({CELLS[o.cell] for o in same})
+            ok, detail = any(o.cell == r.cell for o in same), f"found at {cells}"
+        elif r.kind == "count":
+            ok, detail = len(same) == r.count, f"{len(same)} found"
+        elif r.kind == "total":
+            ok, detail = len(objects) == r.count, f"{len(objects)} shapes found"
+        else:
+            read = (words or "").upper().split()
+            ok = words is not None and (r.word or "").upper() in read
+            detail = "not read (no OCR engine)" if words is None else f"read {read}"
+        out.append(RequirementResult(r, ok, detail))
+    return out
+
+
+def verify(
+    prompt_or_scene: str | Scene,
+    image: np.ndarray,
+    *,
+    ocr: OcrEngine | None = None,
+    max_color_distance: float = COLOR_DISTANCE,
+) -> Verification:
+    """Score how well (h, w, 3) uint8 RGB ``image`` follows a prompt or scene spec.
+
+    Word requirements need ``ocr`` (a ``krea2.curate.ocr.OcrEngine``); without one they
+    fail with detail "not read", so a reward never silently skips them.
+    """
+    reqs = (
+        scene_requirements(prompt_or_scene)
+        if isinstance(prompt_or_scene, Scene)
+        else parse_prompt(prompt_or_scene)
+    )
+    objects = analyze(image, max_color_distance)
+    words = None
+    if ocr is not None and any(r.kind == "word" for r in reqs):
+        words = ocr.read(image).text
+    return Verification(tuple(check(reqs, objects, words)), tuple(objects))
