@@ -72,7 +72,11 @@ def imported_modules(source_dir: Path) -> dict[str, set[str]]:
                 if node.module == "krea2":
                     names = [f"krea2.{alias.name}" for alias in node.names]
             for name in names:
-                top = ".".join(name.split(".")[:2]) if name.startswith("krea2.") else name.split(".")[0]
+                top = (
+                    ".".join(name.split(".")[:2])
+                    if name.startswith("krea2.")
+                    else name.split(".")[0]
+                )
                 found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     return found
 
@@ -82,7 +86,9 @@ def module_distributions() -> dict[str, list[str]]:
     return {k: [normalize(d) for d in v] for k, v in metadata.packages_distributions().items()}
 
 
-def check_imports(owner: str, source_dir: Path, allowed_internal: set[str], deps: set[str]) -> list[str]:
+def check_imports(
+    owner: str, source_dir: Path, allowed_internal: set[str], deps: set[str]
+) -> list[str]:
     problems = []
     for module, files in sorted(imported_modules(source_dir).items()):
         where = sorted(files)[0]
@@ -91,17 +97,25 @@ def check_imports(owner: str, source_dir: Path, allowed_internal: set[str], deps
             if target == owner or (owner == "krea2" and target == "pipeline"):
                 continue
             if target not in allowed_internal:
-                problems.append(f"{where}: {owner} imports krea2.{target}, an edge not in the graph")
+                problems.append(
+                    f"{where}: {owner} imports krea2.{target}, an edge not in the graph"
+                )
             elif f"krea2-{target}" not in deps:
-                problems.append(f"{where}: imports krea2.{target} but krea2-{target} is not declared")
+                problems.append(
+                    f"{where}: imports krea2.{target} but krea2-{target} is not declared"
+                )
             continue
         if module in sys.stdlib_module_names or module == "__future__":
             continue
         dists = module_distributions().get(module)
         if not dists:
-            problems.append(f"{where}: imports {module!r}, which no installed distribution provides")
+            problems.append(
+                f"{where}: imports {module!r}, which no installed distribution provides"
+            )
         elif not set(dists) & deps:
-            problems.append(f"{where}: imports {module!r} (from {dists[0]}) but does not declare it")
+            problems.append(
+                f"{where}: imports {module!r} (from {dists[0]}) but does not declare it"
+            )
     return problems
 
 
@@ -131,7 +145,9 @@ def test_pyproject_internal_dependencies_are_upstream_only():
 def test_graph_is_acyclic_and_namespace_has_no_init():
     for name in PACKAGES:
         assert name not in upstream(name)
-    inits = list(ROOT.glob("packages/*/src/krea2/__init__.py")) + list(ROOT.glob("src/krea2/__init__.py"))
+    inits = list(ROOT.glob("packages/*/src/krea2/__init__.py")) + list(
+        ROOT.glob("src/krea2/__init__.py")
+    )
     assert not inits, f"krea2 must stay a namespace package: remove {inits}"
 
 
@@ -142,7 +158,9 @@ def test_checker_catches_an_upward_import(tmp_path):
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
-        problems = check_imports("krablet", tmp_path / "krea2", upstream("krablet"), {"krea2-infra"})
+        problems = check_imports(
+            "krablet", tmp_path / "krea2", upstream("krablet"), {"krea2-infra"}
+        )
     finally:
         ROOT = saved
     assert any("krea2.dit, an edge not in the graph" in p for p in problems)

@@ -41,8 +41,15 @@ def test_infra_and_krablet_install_alone_without_torch(wheels, tmp_path):
     venv = tmp_path / "venv"
     run("uv", "venv", "--python", sys.executable, str(venv))
     python = venv / "bin" / "python"
-    run("uv", "pip", "install", "--python", str(python),
-        str(wheels["krea2_infra"]), str(wheels["krea2_krablet"]))
+    run(
+        "uv",
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        str(wheels["krea2_infra"]),
+        str(wheels["krea2_krablet"]),
+    )
     listed = run("uv", "pip", "list", "--python", str(python)).stdout.lower()
     assert "krea2-krablet" in listed and "krea2-infra" in listed
     assert "torch" not in listed.split()

@@ -19,8 +19,12 @@ STAGES = (
 
 
 def demo(
-    out: Path = typer.Option(Path("demo-out"), "--out", help="Directory for the warehouse, "
-                             "shards, checkpoints and the report; re-use it to resume."),
+    out: Path = typer.Option(
+        Path("demo-out"),
+        "--out",
+        help="Directory for the warehouse, "
+        "shards, checkpoints and the report; re-use it to resume.",
+    ),
     quick: bool = typer.Option(False, "--quick", help="Small pool and few steps (about 3 min)."),
     workers: int = typer.Option(2, "--workers", help="Curation worker processes."),
     keep_db: bool = typer.Option(False, "--keep-db", help="Leave the embedded shards running."),

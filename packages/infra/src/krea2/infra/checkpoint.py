@@ -102,6 +102,8 @@ class CheckpointManager:
         process_group: group for the checkpoint's own collectives; by default a new gloo
             group over all ranks is created (collectively) when torch.distributed is
             initialized, and no collectives are used otherwise.
+        writer_threads: files written in parallel per rank; two already saturate a
+            local NVMe disk from one rank, more help on network filesystems.
     """
 
     def __init__(
@@ -110,12 +112,14 @@ class CheckpointManager:
         keep_last: int = 3,
         keep_every: int | None = None,
         process_group: dist.ProcessGroup | None = None,
+        writer_threads: int = 2,
     ) -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         self.root = Path(root)
         self.keep_last = keep_last
         self.keep_every = keep_every
+        self.writer_threads = writer_threads
         self._distributed = dist.is_available() and dist.is_initialized()
         if self._distributed and process_group is None:
             process_group = dist.new_group(backend="gloo")
@@ -145,7 +149,7 @@ class CheckpointManager:
         """Save synchronously; returns the checkpoint directory once it is durable."""
         self.wait()
         tmp = self._begin(step)
-        dcp.save(state, storage_writer=FileSystemWriter(tmp), **self._dcp_kwargs())
+        dcp.save(state, storage_writer=self._writer(tmp), **self._dcp_kwargs())
         return self._finish(step, tmp, extra)
 
     def async_save(
@@ -164,7 +168,7 @@ class CheckpointManager:
 
         def write() -> None:
             try:
-                dcp.save(staged, storage_writer=FileSystemWriter(tmp), **self._dcp_kwargs())
+                dcp.save(staged, storage_writer=self._writer(tmp), **self._dcp_kwargs())
                 future.set_result(self._finish(step, tmp, extra_copy))
             except BaseException as exc:  # surfaced to the caller by wait()
                 future.set_exception(exc)
@@ -193,6 +197,9 @@ class CheckpointManager:
         """Wait for the save in flight, if any, re-raising its error."""
         pending, self._pending = self._pending, None
         return pending.wait() if pending is not None else None
+
+    def _writer(self, directory: Path) -> FileSystemWriter:
+        return FileSystemWriter(directory, thread_count=self.writer_threads)
 
     def _dcp_kwargs(self) -> dict[str, Any]:
         if self._distributed:
