@@ -1,4 +1,4 @@
-"""Border filter: uniform bands on the edges (letterboxing, frames, padding) ending in a hard line."""
+"""Border filter: uniform edge bands (letterboxing, frames, padding) ending in a hard line."""
 
 from __future__ import annotations
 

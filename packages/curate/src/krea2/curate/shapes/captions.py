@@ -1,4 +1,4 @@
-"""Captions of a ShapesWorld scene in the five training formats (long, medium, short, tags, json)."""
+"""Captions of a ShapesWorld scene in the five training formats: long, medium, short, tags, json."""
 
 from __future__ import annotations
 

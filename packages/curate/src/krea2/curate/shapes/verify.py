@@ -1,4 +1,4 @@
-"""The rubric verifier: a prompt or scene becomes checkable requirements, each checked on an image."""
+"""The rubric verifier: a prompt or scene becomes requirements, each checked on an image."""
 
 from __future__ import annotations
 
