@@ -1,4 +1,4 @@
-"""Shared output of benchmark scripts: JSON under benchmarks/results/, a section in docs/benchmarks.md."""
+"""Benchmark output: JSON under benchmarks/results/ and a section of docs/benchmarks.md."""
 
 from __future__ import annotations
 
