@@ -112,7 +112,9 @@ class Krea2DiT(nn.Module):
         x = torch.cat(parts, dim=1)
         if pos.ndim == 2:
             pos = pos[None]
-        rope = rope_angles(pos, self.cfg.rope_axes_dims, self.cfg.rope_theta)
+        rope = None
+        if self.cfg.rope_dims:
+            rope = rope_angles(pos, self.cfg.rope_axes_dims, self.cfg.rope_theta)
 
         for blk in self.blocks:
             x = run_block(blk, self.checkpointing, x, tvec, rope, key_mask)
