@@ -10,8 +10,10 @@ from krea2.infra.errors import UserError
 from krea2.krablet import Table, Warehouse
 from krea2.krablet.funnel import FunnelError
 
-DOCS = Table("docs", columns={"n": "bigint", "meta": "jsonb", "vec": "real[]", "tags": "text[]",
-                              "blob": "bytea"})
+DOCS = Table(
+    "docs",
+    columns={"n": "bigint", "meta": "jsonb", "vec": "real[]", "tags": "text[]", "blob": "bytea"},
+)
 
 
 def rows_of(cluster, sql: str) -> list[tuple]:
@@ -25,10 +27,24 @@ def rows_of(cluster, sql: str) -> list[tuple]:
 def test_upserts_and_patches_land_on_the_right_shard_with_their_types(cluster):
     wh = Warehouse.open(cluster, tables=[DOCS])
     with wh.funnel() as f:
-        f.upsert("docs", [{"key": f"k{i}", "n": i, "meta": {"i": i}, "vec": [0.5, i],
-                           "tags": ["a", "b,c"], "blob": b"\x00\x01"} for i in range(200)])
+        f.upsert(
+            "docs",
+            [
+                {
+                    "key": f"k{i}",
+                    "n": i,
+                    "meta": {"i": i},
+                    "vec": [0.5, i],
+                    "tags": ["a", "b,c"],
+                    "blob": b"\x00\x01",
+                }
+                for i in range(200)
+            ],
+        )
         f.patch("docs", [{"key": "k3", "n": 33}, {"key": "missing", "n": 1}])
-    rows = dict((r[0], r[1:]) for r in rows_of(cluster, "SELECT key, n, meta, vec, tags, blob FROM docs"))
+    rows = dict(
+        (r[0], r[1:]) for r in rows_of(cluster, "SELECT key, n, meta, vec, tags, blob FROM docs")
+    )
     assert len(rows) == 200  # the patch of an unknown key inserted nothing
     assert rows["k3"][0] == 33
     assert rows["k7"][1:4] == ({"i": 7}, [0.5, 7.0], ["a", "b,c"])

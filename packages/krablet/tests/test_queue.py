@@ -16,10 +16,16 @@ from krea2.krablet import Job, Table, Warehouse
 
 def items(lease_s: float = 60.0, backoff_s: float = 5.0) -> Table:
     return Table(
-        "items", key="id", key_type="bigint",
+        "items",
+        key="id",
+        key_type="bigint",
         columns={"url": "text", "contains_text": "boolean", "embedding": "text", "pad": "text"},
-        jobs=[Job("ocr", result="contains_text", inputs=["url"], lease_s=lease_s, backoff_s=backoff_s),
-              Job("embed", result="embedding", where="contains_text = FALSE", inputs=["url"])],
+        jobs=[
+            Job(
+                "ocr", result="contains_text", inputs=["url"], lease_s=lease_s, backoff_s=backoff_s
+            ),
+            Job("embed", result="embedding", where="contains_text = FALSE", inputs=["url"]),
+        ],
         indexes=["url"],
     )
 
@@ -133,8 +139,11 @@ def test_backoff_grows_with_attempts(cluster1):
             time.sleep(0.01)
         with cluster1.connect(0) as conn:
             q.fail(c, "boom")
-            delays.append(conn.execute(
-                'SELECT extract(epoch FROM next_try_at - now()) FROM "_kq_items_ocr"').fetchone()[0])
+            delays.append(
+                conn.execute(
+                    'SELECT extract(epoch FROM next_try_at - now()) FROM "_kq_items_ocr"'
+                ).fetchone()[0]
+            )
     assert delays[3] > delays[0] * 3  # 2^3 = 8x nominal, with ±25% jitter
 
 
@@ -167,7 +176,8 @@ def _claim_plan(conn, q, n: int) -> dict:
     with conn.transaction():
         cur = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query,
-            {"n": n, "lease": 60.0, "owner": "plan", "token": 1})
+            {"n": n, "lease": 60.0, "owner": "plan", "token": 1},
+        )
         plan = cur.fetchone()[0]
         conn.execute("ROLLBACK")
     return plan[0]["Plan"] if isinstance(plan, list) else json.loads(plan)[0]["Plan"]
@@ -189,12 +199,16 @@ def test_claim_plan_uses_the_ready_index_and_scales_with_batch_not_backlog(clust
     wh = Warehouse.open(cluster1, tables=[items()])
     q = wh.queue("items", "ocr")
     with cluster1.connect(0) as conn:
-        conn.execute("INSERT INTO items (id, url, pad) SELECT g, 'u' || g, repeat('x', 200) "
-                     "FROM generate_series(1, 5000) g")
+        conn.execute(
+            "INSERT INTO items (id, url, pad) SELECT g, 'u' || g, repeat('x', 200) "
+            "FROM generate_series(1, 5000) g"
+        )
         conn.execute("ANALYZE items; ANALYZE _kq_items_ocr")
         small = _claim_plan(conn, q, 50)
-        conn.execute("INSERT INTO items (id, url, pad) SELECT g, 'u' || g, repeat('x', 200) "
-                     "FROM generate_series(5001, 60000) g")
+        conn.execute(
+            "INSERT INTO items (id, url, pad) SELECT g, 'u' || g, repeat('x', 200) "
+            "FROM generate_series(5001, 60000) g"
+        )
         conn.execute("ANALYZE items; ANALYZE _kq_items_ocr")
         plans = {n: _claim_plan(conn, q, n) for n in (10, 50, 200)}
     for n, plan in plans.items():

@@ -41,7 +41,9 @@ def unnest_from(columns: Sequence[tuple[str, str]], alias: str = "v") -> sql.Com
     return sql.SQL("unnest({}) AS {}({})").format(arrays, sql.Identifier(alias), names)
 
 
-def column_params(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> dict[str, list]:
+def column_params(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+) -> dict[str, list]:
     """Parameters for :func:`unnest_from`: one list per column from row tuples."""
     out: dict[str, list] = {}
     for i, (_, typ) in enumerate(columns):

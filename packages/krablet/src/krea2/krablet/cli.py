@@ -109,3 +109,59 @@ def status(
         else "schema: DIFFERS between shards (run the migration again)"
     )
     wh.close()
+
+
+@app.command()
+def worker(
+    job: str = typer.Option(None, help="TABLE.JOB to run, e.g. images.ocr."),
+    handler: str = typer.Option(
+        None, help="module:function (or file.py:function); default: the job's declared handler."
+    ),
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+    batch_size: int = typer.Option(32, help="Rows per claim."),
+    concurrency: int = typer.Option(1, help="Batches processed at once (threads)."),
+    lease_s: float = typer.Option(None, help="Lease length in seconds (default: the job's)."),
+    until_empty: bool = typer.Option(False, help="Exit once no shard has ready rows."),
+    pluck: bool = typer.Option(False, "--pluck", help="Run signed pluck jobs instead of --job."),
+    metrics_port: int = typer.Option(None, help="Serve /metrics on this port (loopback)."),
+) -> None:
+    """Run a job's handler over the cluster; SIGTERM finishes or releases claims and exits.
+
+    Example: krea2 krablet worker --job images.ocr --handler mypkg.ocr:run --batch-size 64
+    """
+    from krea2.krablet.worker import Worker, resolve_handler
+
+    wh = _warehouse(cluster)
+    if metrics_port is not None:
+        from krea2.infra.metrics import start_exporter
+
+        start_exporter(port=metrics_port)
+    if pluck:
+        from krea2.krablet.pluck import PluckWorker
+
+        stats = PluckWorker(wh, concurrency=concurrency).run(
+            until_empty=until_empty, install_signals=True
+        )
+        typer.echo(f"pluck worker done: {stats}")
+        return
+    if not job or "." not in job:
+        raise UserError("--job must be TABLE.JOB, e.g. --job images.ocr (or pass --pluck)")
+    table, _, name = job.partition(".")
+    spec = handler or wh.table(table).job(name).handler
+    if not spec:
+        raise UserError(f"job {job} declares no handler; pass --handler module:function")
+    w = Worker(
+        wh,
+        table,
+        name,
+        resolve_handler(spec),
+        batch_size=batch_size,
+        concurrency=concurrency,
+        lease_s=lease_s,
+    )
+    stats = w.run(until_empty=until_empty, install_signals=True)
+    typer.echo(
+        f"worker {w.owner} done: {stats.completed} completed, {stats.failed} failed, "
+        f"{stats.released} released, {stats.lost} lost leases"
+    )
+    wh.close()

@@ -153,7 +153,9 @@ def load_cluster(source: str | Path | Sequence[str] | Cluster) -> Cluster:
             list(source), secret=os.environ.get("KRABLET_SECRET") or secrets.token_hex(32)
         )
     text = str(source)
-    if text.startswith(("postgresql://", "postgres://")) or ("=" in text and not Path(text).exists()):
+    if text.startswith(("postgresql://", "postgres://")) or (
+        "=" in text and not Path(text).exists()
+    ):
         dsns = [d.strip() for d in text.split(",") if d.strip()]
         return Cluster(dsns, secret=os.environ.get("KRABLET_SECRET") or secrets.token_hex(32))
     path = Path(text)

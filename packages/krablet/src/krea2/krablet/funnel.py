@@ -54,28 +54,32 @@ def write_statement(t: Table, op: str, columns: tuple[str, ...]) -> sql.Composab
     cols = [sql.Identifier(c) for c in columns]
     if op == "patch":
         sets = sql.SQL(", ").join(
-            sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ)) for c, typ in typed[1:]
+            sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ))
+            for c, typ in typed[1:]
         )
         changed = sql.SQL(" OR ").join(
             sql.SQL("w.{} IS DISTINCT FROM {}").format(sql.Identifier(c), value_expr("v", c, typ))
             for c, typ in typed[1:]
         )
-        return sql.SQL("UPDATE {t} w SET {sets} FROM {src} WHERE w.{k} = v._k AND ({changed})").format(
-            t=tbl, sets=sets, src=unnest_from(typed), k=key, changed=changed
-        )
+        return sql.SQL(
+            "UPDATE {t} w SET {sets} FROM {src} WHERE w.{k} = v._k AND ({changed})"
+        ).format(t=tbl, sets=sets, src=unnest_from(typed), k=key, changed=changed)
     exprs = sql.SQL(", ").join(value_expr("v", c, typ) for c, typ in typed)
     insert = sql.SQL("INSERT INTO {t} AS w ({k}{cols}) SELECT {exprs} FROM {src}").format(
-        t=tbl, k=key, cols=sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols),
-        exprs=exprs, src=unnest_from(typed),
+        t=tbl,
+        k=key,
+        cols=sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols),
+        exprs=exprs,
+        src=unnest_from(typed),
     )
     if not columns:
         return sql.SQL("{} ON CONFLICT ({}) DO NOTHING").format(insert, key)
     sets = sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in cols)
     old = sql.SQL(", ").join(sql.SQL("w.{}").format(c) for c in cols)
     new = sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(c) for c in cols)
-    return sql.SQL("{} ON CONFLICT ({}) DO UPDATE SET {} WHERE ROW({}) IS DISTINCT FROM ROW({})").format(
-        insert, key, sets, old, new
-    )
+    return sql.SQL(
+        "{} ON CONFLICT ({}) DO UPDATE SET {} WHERE ROW({}) IS DISTINCT FROM ROW({})"
+    ).format(insert, key, sets, old, new)
 
 
 class _ShardWriter(threading.Thread):
@@ -123,14 +127,20 @@ class _ShardWriter(threading.Thread):
             if not self.groups:
                 return None
             linger = self.funnel.linger_s
-            if linger and len(self.groups) == 1 and len(self.groups[0].rows) < self.funnel.max_batch:
+            if (
+                linger
+                and len(self.groups) == 1
+                and len(self.groups[0].rows) < self.funnel.max_batch
+            ):
                 self.cond.wait(linger)  # let a few more rows coalesce into this batch
             group = self.groups[0]
             if len(group.rows) <= self.funnel.max_batch:
                 self.groups.pop(0)
                 return group, group.seq
             keys = list(group.rows)[: self.funnel.max_batch]
-            part = _Group(group.table, group.op, group.columns, {k: group.rows.pop(k) for k in keys})
+            part = _Group(
+                group.table, group.op, group.columns, {k: group.rows.pop(k) for k in keys}
+            )
             return part, 0  # more of this group is still buffered: progress is marked later
 
     def run(self) -> None:
@@ -150,7 +160,9 @@ class _ShardWriter(threading.Thread):
     def _connect(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
             options = {} if self.funnel.durable else {"options": "-c synchronous_commit=off"}
-            self.conn = psycopg.connect(self.funnel.wh.cluster.shards[self.shard], autocommit=True, **options)
+            self.conn = psycopg.connect(
+                self.funnel.wh.cluster.shards[self.shard], autocommit=True, **options
+            )
         return self.conn
 
     def _write(self, group: _Group) -> str | None:
@@ -158,7 +170,9 @@ class _ShardWriter(threading.Thread):
         stmt = self.funnel.statement(t, group.op, group.columns)
         keys = sorted(group.rows)
         rows = [(k, *(group.rows[k].get(c) for c in group.columns)) for k in keys]
-        params = column_params([("_k", t.key_type)] + [(c, t.all_columns[c]) for c in group.columns], rows)
+        params = column_params(
+            [("_k", t.key_type)] + [(c, t.all_columns[c]) for c in group.columns], rows
+        )
         delay = 0.1
         while True:
             try:
@@ -168,8 +182,12 @@ class _ShardWriter(threading.Thread):
             except psycopg.OperationalError as exc:
                 if self.stopping and self.funnel.give_up_on_close:
                     return f"shard {self.shard} unreachable at close: {exc}"
-                log.warning("funnel: shard %d unreachable (%s); retrying in %.1fs", self.shard,
-                            type(exc).__name__, delay)
+                log.warning(
+                    "funnel: shard %d unreachable (%s); retrying in %.1fs",
+                    self.shard,
+                    type(exc).__name__,
+                    delay,
+                )
                 if self.conn is not None:
                     self.conn.close()
                 time.sleep(delay)
@@ -186,8 +204,14 @@ class Funnel:
     given columns of existing rows only. Each row is a mapping holding the table's key.
     """
 
-    def __init__(self, wh: Warehouse, durable: bool = True, max_batch: int = 1000,
-                 linger_s: float = 0.0, give_up_on_close: bool = False) -> None:
+    def __init__(
+        self,
+        wh: Warehouse,
+        durable: bool = True,
+        max_batch: int = 1000,
+        linger_s: float = 0.0,
+        give_up_on_close: bool = False,
+    ) -> None:
         self.wh = wh
         self.durable = durable
         self.max_batch = max_batch
@@ -211,7 +235,9 @@ class Funnel:
         n = 0
         for row in rows:
             if not isinstance(row, Mapping):
-                raise UserError(f"{op} into {table}: each row must be a mapping, got {type(row).__name__}")
+                raise UserError(
+                    f"{op} into {table}: each row must be a mapping, got {type(row).__name__}"
+                )
             if t.key not in row or row[t.key] is None:
                 raise UserError(f"{op} into {table}: a row has no key {t.key!r}")
             for col in row:
@@ -236,7 +262,9 @@ class Funnel:
         """Block until every write accepted so far is committed; raise FunnelError for refused batches."""
         errors = [e for w in self._writers for e in w.wait_flushed(timeout)]
         if errors:
-            raise FunnelError("; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""))
+            raise FunnelError(
+                "; ".join(errors[:5]) + (f" (+{len(errors) - 5} more)" if len(errors) > 5 else "")
+            )
 
     @property
     def batches_written(self) -> int:

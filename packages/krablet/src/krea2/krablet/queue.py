@@ -112,7 +112,10 @@ UPDATE {t} w SET {sets}
 FROM {source}
 WHERE w.{k} = v._k AND v._k IN (SELECT key FROM done)
 RETURNING w.{k}""").format(
-                q=q, t=t, k=k, kt=key_type,
+                q=q,
+                t=t,
+                k=k,
+                kt=key_type,
                 sets=sql.SQL(", ").join(
                     sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ))
                     for c, typ in self._result_columns[1:]
