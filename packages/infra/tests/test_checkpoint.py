@@ -198,3 +198,20 @@ def test_two_ranks_save_sharded_dtensors_and_reload_on_one(tmp_path):
     extra = CheckpointManager(tmp_path / "ckpt").load(full)
     assert torch.equal(full["model"]["w"], torch.arange(32.0).reshape(8, 4))
     assert extra == {"rank": 0, "data_position": 0}
+
+
+def test_infra_checkpoints_command_lists_complete_and_torn(tmp_path):
+    from typer.testing import CliRunner
+
+    from krea2.infra.cli import app
+
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, make_state(1))
+    truncate_largest_shard(manager.save(2, make_state(2)))
+    result = CliRunner().invoke(app, ["checkpoints", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "step          1" in lines[0] and "complete" in lines[0]
+    assert "step          2" in lines[1] and "INCOMPLETE" in lines[1] and "truncated" in lines[1]
+    empty = CliRunner().invoke(app, ["checkpoints", str(tmp_path / "none")])
+    assert empty.exit_code == 1 and "no checkpoints" in empty.output
