@@ -165,3 +165,54 @@ def worker(
         f"{stats.released} released, {stats.lost} lost leases"
     )
     wh.close()
+
+
+def _serve(app, host: str, port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@app.command()
+def funnel(
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address to bind (a non-loopback one needs --token)."
+    ),
+    port: int = typer.Option(7431, help="Port to listen on."),
+    token: str = typer.Option(None, envvar="KRABLET_TOKEN", help="Bearer token clients must send."),
+    fire_and_forget: bool = typer.Option(False, help="Commit with synchronous_commit=off."),
+) -> None:
+    """Serve the write funnel over HTTP (client: krea2.krablet.FunnelClient).
+
+    Example: krea2 krablet funnel --port 7431
+    """
+    from krea2.krablet.funnel import make_funnel_app
+    from krea2.krablet.service import check_bind
+
+    check_bind(host, token)
+    wh = _warehouse(cluster)
+    typer.echo(f"funnel for {len(wh.cluster)} shard(s) on http://{host}:{port}")
+    _serve(make_funnel_app(wh, durable=not fire_and_forget, token=token), host, port)
+
+
+@app.command()
+def rpc(
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address to bind (a non-loopback one needs --token)."
+    ),
+    port: int = typer.Option(7432, help="Port to listen on."),
+    token: str = typer.Option(None, envvar="KRABLET_TOKEN", help="Bearer token clients must send."),
+) -> None:
+    """Serve reads (get, scan, count, aggregate) over HTTP (client: krea2.krablet.RpcClient).
+
+    Example: krea2 krablet rpc --port 7432
+    """
+    from krea2.krablet.rpc import make_rpc_app
+    from krea2.krablet.service import check_bind
+
+    check_bind(host, token)
+    wh = _warehouse(cluster)
+    typer.echo(f"rpc for {len(wh.cluster)} shard(s) on http://{host}:{port}")
+    _serve(make_rpc_app(wh, token=token), host, port)

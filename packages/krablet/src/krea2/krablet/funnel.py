@@ -289,3 +289,73 @@ class Funnel:
 
     def __exit__(self, exc_type, *exc: object) -> None:
         self.close(flush=exc_type is None)
+
+
+def make_funnel_app(wh: Warehouse, durable: bool = True, token: str | None = None):
+    """The funnel as a service: POST /v1/upsert, /v1/patch ({table, rows}) and /v1/flush."""
+    from krea2.krablet.service import decode_row, json_app
+
+    funnel = Funnel(wh, durable=durable)
+
+    def rows_of(p: dict) -> list[dict]:
+        rows = p["rows"]
+        if not isinstance(rows, list):
+            raise UserError("'rows' must be a list of objects")
+        return [decode_row(r) for r in rows]
+
+    def flush(p: dict) -> bool:
+        try:
+            funnel.flush(timeout=p.get("timeout"))
+        except FunnelError as exc:
+            exc.http_status = 422
+            raise
+        return True
+
+    app = json_app(
+        {
+            "/v1/upsert": lambda p: funnel.upsert(p["table"], rows_of(p)),
+            "/v1/patch": lambda p: funnel.patch(p["table"], rows_of(p)),
+            "/v1/flush": flush,
+        },
+        token=token,
+    )
+    app.state.funnel = funnel
+    return app
+
+
+class FunnelClient:
+    """The :class:`Funnel` API over HTTP: ``FunnelClient("http://127.0.0.1:7431", token=...)``."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 120.0) -> None:
+        from krea2.krablet.service import Client
+
+        self._c = Client(url, token, timeout)
+
+    def _send(self, op: str, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        from krea2.krablet.service import encode_row
+
+        return int(
+            self._c.call(f"/v1/{op}", {"table": table, "rows": [encode_row(dict(r)) for r in rows]})
+        )
+
+    def upsert(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        return self._send("upsert", table, rows)
+
+    def patch(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        return self._send("patch", table, rows)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._c.call("/v1/flush", {"timeout": timeout})
+
+    def close(self, flush: bool = True) -> None:
+        try:
+            if flush:
+                self.flush()
+        finally:
+            self._c.close()
+
+    def __enter__(self) -> FunnelClient:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        self.close(flush=exc_type is None)
