@@ -64,7 +64,7 @@ def shard_health(conn: psycopg.Connection) -> dict[str, float]:
 
 def refresh(wh: Warehouse, cap: int = 100_000) -> dict[str, Any]:
     """Read queue and shard health from every reachable shard into the gauges; return the status."""
-    st = wh.status(cap=cap)
+    st = wh.status(cap=cap, fingerprints=False)
     for entry in st["shards"]:
         if not entry["ok"]:
             continue

@@ -108,6 +108,7 @@ class Worker:
         self.batch_size, self.concurrency = batch_size, concurrency
         self.lease_s = float(lease_s if lease_s is not None else self.queue.job.lease_s)
         self.poll_s, self.max_poll_s, self.grace_s = poll_s, max_poll_s, grace_s
+        self.refresh_s = 5.0
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._active: dict[int, Claim] = {}
@@ -128,9 +129,15 @@ class Worker:
     def _refresh_backlog(self) -> None:
         for i in range(len(self._backlog)):
             try:
-                self._backlog[i] = float(self.queue.stats(i, cap=10_000)["ready"])
+                st = self.queue.stats(i, cap=10_000)
             except RETRYABLE:
                 self._backlog[i] = 0.0
+                continue
+            self._backlog[i] = float(st["ready"])
+            metrics.backlog.labels(*self._labels[i]).set(st["ready"])
+            metrics.leased.labels(*self._labels[i]).set(st["leased"])
+            metrics.backing_off.labels(*self._labels[i]).set(st["backing_off"])
+            metrics.oldest_ready.labels(*self._labels[i]).set(st["oldest_ready_s"])
 
     # -- the loop ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -269,7 +276,11 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         interval = max(self.lease_s / 3, 0.05)
+        last_refresh = time.monotonic()
         while not self._stop.wait(interval):
+            if time.monotonic() - last_refresh > self.refresh_s:
+                self._refresh_backlog()  # also corrects the shard choice's estimates
+                last_refresh = time.monotonic()
             with self._lock:
                 active = list(self._active.values())
             for claim in active:
