@@ -1,0 +1,74 @@
+"""Resumable stages: each finished stage leaves a JSON record, so a re-run skips it."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+
+@dataclass
+class StageRecord:
+    """What a finished stage produced (JSON-able) and how long it took (seconds)."""
+
+    name: str
+    seconds: float
+    result: dict[str, Any]
+    resumed: bool = False
+
+
+@dataclass
+class StageRunner:
+    """Runs named stages in order under ``out/stages``; finished ones are loaded, not redone.
+
+    A stage's function returns a JSON-able dict. The record is written atomically after
+    the function returns, so a stage killed midway is simply run again; stage functions
+    must therefore be idempotent (they are: the warehouse and checkpoints resume).
+    """
+
+    out: Path
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    records: list[StageRecord] = field(default_factory=list)
+
+    @property
+    def directory(self) -> Path:
+        return self.out / "stages"
+
+    def path_of(self, name: str) -> Path:
+        return self.directory / f"{name}.json"
+
+    def done(self, name: str) -> bool:
+        return self.path_of(name).is_file()
+
+    def run(self, name: str, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        path = self.path_of(name)
+        if path.is_file():
+            saved = json.loads(path.read_text())
+            record = StageRecord(name, saved["seconds"], saved["result"], resumed=True)
+            self.console.print(f"[dim]✓ {name:<9} {what} (done earlier, {record.seconds:.0f}s)")
+            self.records.append(record)
+            return record.result
+        self.console.rule(f"[bold]{name}[/bold]: {what}")
+        start = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - start
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seconds": seconds, "result": result}, indent=1))
+        os.replace(tmp, path)
+        self.records.append(StageRecord(name, seconds, result))
+        self.console.print(f"[green]✓ {name:<9}[/green] {what} ({seconds:.1f}s)")
+        return result
+
+    def summary_lines(self) -> list[str]:
+        lines = []
+        for r in self.records:
+            note = " (resumed)" if r.resumed else ""
+            lines.append(f"{r.name:<9} {r.seconds:7.1f}s{note}")
+        return lines
