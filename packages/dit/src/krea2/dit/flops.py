@@ -88,10 +88,12 @@ def cost(
     text_tokens: int = 512,
     checkpointing: str | None = None,
 ) -> Cost:
-    """Parameters, forward FLOPs and training-step FLOPs (3x forward; full AC re-runs the
-    blocks' forward once more)."""
+    """Parameters, forward FLOPs and training-step FLOPs (about 3x forward; full AC re-runs
+    the blocks' forward once more). Equal to torch's FlopCounterMode on the model."""
     fwd = forward_flops(cfg, batch, image_tokens, text_tokens)
-    train = 3 * fwd
+    # Backward is 2x forward, less the input gradients nobody needs (patch embed, time MLP).
+    d = cfg.width
+    train = 3 * fwd - 2 * batch * (image_tokens * cfg.in_channels * d + cfg.time_dim * d)
     if checkpointing == "full":
         seq = text_tokens + image_tokens + cfg.timestep_tokens
         train += (
