@@ -1,0 +1,86 @@
+"""pluck end to end: 2 shards, 2 worker processes, live progress, and unsigned jobs refused."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+from rich.console import Console
+
+from krea2.krablet import Table, Warehouse, pluck
+
+PICS = Table(
+    "pics",
+    key="pic",
+    key_type="bigint",
+    columns={"w": "integer", "area": "bigint", "label": "text"},
+)
+
+
+def area(rows):
+    return [{"area": r["w"] * r["w"]} for r in rows]
+
+
+class Labeler:
+    def setup(self):
+        self.prefix = "big"
+
+    def __call__(self, rows):
+        return [{"label": self.prefix} if r["w"] > 50 else None for r in rows]
+
+
+def workers(path, n=2):
+    cmd = [
+        sys.executable,
+        "-c",
+        "from krea2.infra.host import main; main()",
+        "krablet",
+        "worker",
+        "--pluck",
+        "--until-empty",
+        "--cluster",
+        str(path),
+    ]
+    return [
+        subprocess.Popen(
+            cmd, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(n)
+    ]
+
+
+def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(cluster, tmp_path):
+    wh = Warehouse.open(cluster, tables=[PICS])
+    with wh.funnel() as f:
+        f.upsert("pics", [{"pic": i, "w": i % 100} for i in range(6000)])
+    for i in range(2):
+        with cluster.connect(i) as conn:
+            conn.execute("ANALYZE pics")
+    path = cluster.save(tmp_path / "cluster.json")
+    t = pluck.Table("pics", key="pic", where="area IS NULL", cluster=wh)
+    h = t.map(area, batch_size=100, rows_per_task=500)
+    h2 = pluck.Table("pics", key="pic", cluster=wh).map(Labeler, batch_size=200)
+    # a job signed with another secret, as if injected by someone without the cluster file
+    forged = Warehouse(type(cluster)(cluster.shards, secret="not-the-secret"), wh.tables.values())
+    bad = pluck.Table("pics", key="pic", cluster=forged).map(lambda rows: 1 / 0)
+    assert h.progress().tasks > 4  # the keyspace was split into several ranges per shard
+    procs = workers(path)
+    buf = io.StringIO()
+    final = h.attach(
+        console=Console(file=buf, width=120, force_terminal=False), poll_s=0.2, timeout=120
+    )
+    assert final.finished and final.rows == 6000
+    assert "6000 rows" in buf.getvalue()
+    assert h2.wait(timeout=60).finished
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    res = wh.reader().scan("pics", columns=["w", "area", "label"], limit=10_000)[0]
+    assert all(r["area"] == r["w"] ** 2 for r in res)
+    assert all((r["label"] == "big") == (r["w"] > 50) for r in res)
+    errs = bad.errors()
+    assert errs and all("refused" in e["last_error"] for e in errs)
+    assert not bad.progress().finished
+    bad.cancel()
+    assert bad.wait(timeout=5).status == "cancelled"
