@@ -1,0 +1,136 @@
+"""Build a stage's trainable module (DiT + text conditioner + iREPA head) and parallelize it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from krea2.infra.errors import UserError
+from krea2.infra.logging import get_logger
+from krea2.trainer.config import JobConfig, StageConfig
+from krea2.trainer.distributed import DistEnv
+
+log = get_logger("trainer.build")
+
+
+class TrainModule(nn.Module):
+    """Everything trained together: ``dit`` (Krea2DiT), ``text`` (conditioner), ``irepa``
+    (projector head, only while iREPA is on). One root, so FSDP's hooks wrap one forward."""
+
+    def __init__(self, dit: nn.Module, text: nn.Module, irepa: nn.Module | None) -> None:
+        super().__init__()
+        self.dit = dit
+        self.text = text
+        self.irepa = irepa
+        self.irepa_layer: int | None = None
+        self._tap: Tensor | None = None
+
+    def set_irepa(self, layer: int | None) -> None:
+        """Capture block ``layer``'s output for the iREPA loss (None: off)."""
+        if self.irepa_layer is not None:
+            self._handle.remove()
+        self.irepa_layer = layer
+        if layer is not None:
+            self._handle = self.dit.blocks[layer].register_forward_hook(self._keep)
+
+    def _keep(self, module, args, output) -> None:
+        self._tap = output
+
+    def forward(
+        self,
+        x_t: Tensor,
+        t: Tensor,
+        captions: list[str],
+        irepa_target: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x_t [B, C, H, W] noised latents, t [B], captions (B strings) ->
+        (velocity [B, C, H, W], iREPA loss (scalar) or None).
+
+        ``irepa_target`` [B, enc_dim, H/p, W/p]: encoder patch features of the clean image.
+        """
+        txt, mask = self.text(captions)
+        txt = txt.to(x_t.dtype)
+        v = self.dit.velocity(x_t, txt, t, mask)
+        aux = None
+        if irepa_target is not None and self._tap is not None:
+            n = irepa_target.shape[2] * irepa_target.shape[3]
+            tokens = self._tap[:, txt.shape[1] : txt.shape[1] + n]
+            aux = self.irepa(tokens, irepa_target)
+        self._tap = None
+        return v, aux
+
+
+def build_autoencoder(spec: str, factor: int, device: torch.device) -> nn.Module:
+    """PixelAE for the toy; the Qwen-Image / FLUX.2 VAEs from a local path. Replicated."""
+    kind, _, path = spec.partition(":")
+    if kind == "pixel":
+        from krea2.dit.pixel_ae import PixelAE
+
+        return PixelAE(factor=factor).to(device)
+    from krea2.dit import vae
+
+    cls = {"qwen-image": "QwenImageVAE", "flux2": "Flux2VAE"}[kind]
+    ae = getattr(vae, cls).from_pretrained(path)
+    return ae.to(device).eval().requires_grad_(False)
+
+
+def dit_config(cfg: JobConfig):
+    from krea2.dit.config import get_config
+
+    return get_config(cfg.model.name, **cfg.model.overrides)
+
+
+def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModule:
+    """Seeded build (every layout starts from identical weights), then float8 -> TP -> AC ->
+    compile -> FSDP (each unit, then the root)."""
+    from krea2.dit.model import Krea2DiT
+    from krea2.dit.parallel import fsdp_units
+    from krea2.trainer import parallelize as par
+    from krea2.trainer.irepa import IrepaHead
+    from krea2.trainer.text import build_text
+
+    dcfg = dit_config(cfg)
+    torch.manual_seed(cfg.seed)
+    dit = Krea2DiT(dcfg)
+    text = build_text(cfg.text, dcfg, cfg.seed)
+    head = None
+    if stage.irepa.steps > 0:
+        head = IrepaHead(dcfg.width, irepa_encoder_dim(stage))
+    if stage.init_from not in ("previous", "none") and Path(stage.init_from).is_file():
+        from krea2.dit.weights import load_weights
+
+        load_weights(dit, stage.init_from)
+    dtype = getattr(torch, cfg.model.dtype)
+    if not env.distributed:
+        dit.to(dtype)
+    par.apply_float8(dit, stage.float8, stage.float8_emulate, fsdp=env.distributed)
+    module = TrainModule(dit, text, head).to(env.device)
+    if env.tp > 1:
+        par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
+    par.apply_ac(dit, stage.checkpointing)
+    if stage.compile:
+        par.apply_compile(dit, stage.compile_backend)
+    if env.distributed:
+        param_dtype = torch.bfloat16 if env.device.type == "cuda" else None
+        units = [*fsdp_units(dit), text] + ([head] if head is not None else [])
+        units = [u for u in units if any(p.requires_grad for p in u.parameters())]
+        par.apply_fsdp(units, module, env.mesh["dp"], param_dtype)
+    return module
+
+
+def irepa_encoder_dim(stage: StageConfig) -> int:
+    if stage.irepa.encoder == "tiny":
+        return stage.irepa.encoder_dim
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(stage.irepa.encoder.removeprefix("hf:")).hidden_size)
+
+
+def check_bucket(bucket_size: tuple[int, int], factor: int, where: str) -> None:
+    w, h = bucket_size
+    if w % factor or h % factor:
+        raise UserError(
+            f"{where}: bucket {w}x{h} is not divisible by autoencoder factor x patch = {factor}"
+        )

@@ -1,0 +1,115 @@
+"""``krea2 train``: run a training job, plot its curves, average or merge checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(
+    help=(
+        "Train krea2.dit models (FSDP2 + TP on torchrun). "
+        "Example: krea2 train --config configs/toy/pretrain.toml --set stages.0.steps=100; "
+        "many ranks: torchrun --nproc-per-node 8 -m krea2.trainer --config job.toml"
+    ),
+    no_args_is_help=True,
+    invoke_without_command=True,
+)
+
+
+def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = False) -> None:
+    """Load, validate (before any work), then train. Shared by the CLI and ``-m krea2.trainer``."""
+    from krea2.infra.config import load_config
+    from krea2.infra.logging import setup_logging
+    from krea2.trainer.config import JobConfig
+    from krea2.trainer.distributed import shutdown, world_size
+    from krea2.trainer.validate import validate_job
+
+    cfg = load_config(JobConfig, config, overrides)
+    validate_job(cfg, world_size())
+    if dry_run:
+        typer.echo(f"config {config} is valid for {world_size()} rank(s)")
+        return
+    setup_logging("INFO", file=Path(cfg.run_dir) / "train.log.jsonl")
+    from krea2.trainer.runinfo import save_run_info
+    from krea2.trainer.trainer import Trainer
+
+    trainer = Trainer(cfg, resume=resume)
+    if trainer.env.is_main:
+        save_run_info(cfg, Path(cfg.run_dir), trainer.env.world)
+    try:
+        trainer.run()
+    finally:
+        shutdown()
+
+
+@app.callback()
+def train(
+    ctx: typer.Context,
+    config: Path = typer.Option(
+        None, "--config", "-c", help="job TOML (configs/toy/pretrain.toml)"
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="override a key, e.g. --set optimizer.lr=3e-4 (repeatable)"
+    ),
+    resume: bool = typer.Option(False, "--resume", help="continue from the newest checkpoint"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="only validate the config"),
+) -> None:
+    """Run the job in --config (one process here; use torchrun for several)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    run_job(config, set_, resume, dry_run)
+
+
+@app.command()
+def plot(
+    run_dir: Path = typer.Argument(..., help="a run directory holding metrics.jsonl"),
+    out: Path = typer.Option(None, "--out", help="output prefix (default RUN_DIR/curves)"),
+) -> None:
+    """Write loss curves as PNG and HTML. Example: krea2 train plot runs/toy"""
+    from krea2.trainer.plot import plot_run
+
+    png, html = plot_run(run_dir, out)
+    typer.echo(f"wrote {png} and {html}")
+
+
+@app.command()
+def pma(
+    run_dir: Path = typer.Argument(..., help="run directory"),
+    stage: str = typer.Option(..., "--stage", help="stage whose checkpoints are averaged"),
+    last: int = typer.Option(4, "--last", help="number of checkpoints to average (N)"),
+    every: int = typer.Option(0, "--every", help="take checkpoints at multiples of K steps"),
+    out: Path = typer.Option(..., "--out", help="output weights (.safetensors, released keys)"),
+) -> None:
+    """Average the last N checkpoints (PMA).
+
+    Example: krea2 train pma runs/toy --stage pretrain --last 4 --every 100 --out pma.safetensors
+    """
+    from krea2.trainer.merge import pma_from_run
+
+    steps = pma_from_run(run_dir, stage, last, every, out)
+    typer.echo(f"averaged steps {steps} into {out}")
+
+
+@app.command()
+def merge(
+    sources: list[Path] = typer.Argument(..., help="checkpoint step directories or .safetensors"),
+    weights: str = typer.Option("", "--weights", help="comma-separated, e.g. 0.5,0.3,0.2"),
+    config: Path = typer.Option(
+        ..., "--config", help="the job config the sources were trained with"
+    ),
+    out: Path = typer.Option(..., "--out", help="output weights (.safetensors)"),
+) -> None:
+    """Merge domain checkpoints (uniform or weighted) into one.
+
+    Example: krea2 train merge runs/a/checkpoints/sft/step-000000999
+    runs/b/checkpoints/sft/step-000000999 --weights 0.7,0.3 --config job.toml --out merged.safetensors
+    """
+    from krea2.trainer.merge import merge_to_file
+
+    w = [float(x) for x in weights.split(",")] if weights else None
+    merge_to_file(sources, w, config, out)
+    typer.echo(f"merged {len(sources)} checkpoints into {out}")

@@ -1,0 +1,237 @@
+"""The trainer's job config: typed dataclasses loaded from TOML with ``--set`` overrides.
+
+A job is a model, a text conditioner, an optimizer, a parallel layout and a list of
+stages (data + resolution + shift + batch + schedule + switches). Field values are
+checked here (types by ``krea2.infra.config``, ranges in ``__post_init__``); checks that
+need the world size or the model shape live in :mod:`krea2.trainer.validate`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from krea2.infra.shards import CAPTION_FORMATS
+
+
+class OptimizerName(enum.Enum):
+    ADAMW = "adamw"
+    MUON = "muon"  # torch.optim.Muon on hidden matrices, AdamW on the rest
+
+
+class ScheduleDecay(enum.Enum):
+    LINEAR = "linear"
+    SQRT = "sqrt"
+    COSINE = "cosine"
+
+
+class SpikeAction(enum.Enum):
+    SKIP = "skip"  # drop this step's update
+    ROLLBACK = "rollback"  # reload the last checkpoint and skip the offending batch
+    LOG = "log"  # only report
+
+
+class Float8Recipe(enum.Enum):
+    NONE = "none"
+    TENSORWISE = "tensorwise"
+    ROWWISE = "rowwise"
+
+
+class CheckpointingMode(enum.Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+@dataclass
+class ModelConfig:
+    """The DiT: a named ``krea2.dit`` config with field overrides, and its autoencoder."""
+
+    name: str = "toy"
+    overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
+    autoencoder: str = "pixel"  # "pixel" (PixelAE, the toy) or "qwen-image:/path", "flux2:/path"
+    ae_factor: int = 1  # PixelAE space-to-depth factor
+    dtype: str = "float32"  # param dtype on one device; bf16 mixed precision comes from FSDP
+
+
+@dataclass
+class TextConfig:
+    """Text conditioning.
+
+    ``words``: a learned word-embedding table fanned out over the DiT's taps through fixed
+    near-identity projections, trained with the DiT (the toy recipe, no download).
+    ``qwen3-vl``: the frozen Qwen3-VL encoder of ``krea2.dit.text`` loaded from ``path``.
+    """
+
+    encoder: str = "words"
+    path: Path | None = None
+    vocab_size: int = 4096  # hash buckets of the word table
+    max_tokens: int = 32
+    cache_size: int = 0  # frozen encoders: embeddings of this many captions kept in memory
+
+
+@dataclass
+class OptimizerConfig:
+    name: OptimizerName = OptimizerName.ADAMW
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    norm_weight_decay: float = 0.0  # decay on zero-centered norm scales (pulls gains to 1)
+    muon_momentum: float = 0.95
+    muon_lr: float | None = None  # None: same as lr (RMS-matched to AdamW)
+    grad_clip: float = 1.0  # max global grad norm; 0 disables
+
+
+@dataclass
+class ScheduleConfig:
+    """Warmup-stable-decay: linear warmup, constant, then decay to ``min_lr_factor``."""
+
+    warmup_steps: int = 50
+    decay_ratio: float = 0.1  # fraction of the stage's steps spent decaying
+    decay: ScheduleDecay = ScheduleDecay.LINEAR
+    min_lr_factor: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if not 0.0 <= self.decay_ratio <= 1.0:
+            raise ValueError(f"decay_ratio={self.decay_ratio} must be in [0, 1]")
+        if not 0.0 <= self.min_lr_factor <= 1.0:
+            raise ValueError(f"min_lr_factor={self.min_lr_factor} must be in [0, 1]")
+
+
+@dataclass
+class ParallelConfig:
+    """Device mesh: ``dp * tp`` must equal the world size (``dp = 0``: world // tp)."""
+
+    dp: int = 0
+    tp: int = 1
+    backend: str = "auto"  # auto: nccl on CUDA, gloo on CPU
+    timeout_s: float = 600.0  # collective timeout
+    async_tp: bool = False  # GPU + compile + tp > 2
+    deterministic: bool = False  # torch deterministic algorithms (CPU tests, resume proofs)
+    threads: int = 0  # intra-op CPU threads per rank; 0 leaves torch's default
+
+
+@dataclass
+class IrepaConfig:
+    """iREPA: a conv projector aligns block ``layer``'s image tokens to encoder patches."""
+
+    steps: int = 0  # on for the stage's first ``steps`` steps, then off
+    weight: float = 1.0
+    layer: int = 1  # index of the DiT block whose output is aligned
+    encoder: str = "tiny"  # "tiny" (random frozen conv net) or "hf:/path" (transformers)
+    encoder_dim: int = 64
+
+
+@dataclass
+class StageConfig:
+    """One training stage; a recipe is a list of these run in order."""
+
+    name: str = "pretrain"
+    data: list[str] = field(default_factory=list)  # Parquet files or globs
+    eval_data: list[str] = field(default_factory=list)
+    resolution: int = 32  # nominal side in pixels (buckets are checked against it)
+    steps: int = 100
+    batch_size: int = 64  # global batch (split over dp ranks)
+    time_shift: float | None = None  # mu of the shifted logit-normal; None: resolution rule
+    time_loc: float = 0.0
+    time_scale: float = 1.0
+    caption_weights: dict[str, float] = field(
+        default_factory=lambda: {"long": 0.3, "medium": 0.3, "short": 0.2, "tags": 0.1, "json": 0.1}
+    )
+    caption_dropout: float = 0.1
+    lr: float | None = None  # None: optimizer.lr
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    checkpointing: CheckpointingMode = CheckpointingMode.NONE
+    compile: bool = False
+    compile_backend: str = "inductor"
+    float8: Float8Recipe = Float8Recipe.NONE
+    float8_emulate: bool = False  # torchao's emulation (CPU tests only)
+    irepa: IrepaConfig = field(default_factory=IrepaConfig)
+    init_from: str = "previous"  # "previous" stage, "none", or a weights path
+    shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0:
+            raise ValueError(f"stage {self.name!r}: steps={self.steps} must be positive")
+        if self.batch_size <= 0:
+            raise ValueError(f"stage {self.name!r}: batch_size={self.batch_size} must be positive")
+        if not 0.0 <= self.caption_dropout < 1.0:
+            raise ValueError(f"stage {self.name!r}: caption_dropout must be in [0, 1)")
+        for fmt, w in self.caption_weights.items():
+            if fmt not in CAPTION_FORMATS:
+                raise ValueError(
+                    f"stage {self.name!r}: caption format {fmt!r} is not one of {CAPTION_FORMATS}"
+                )
+            if w < 0:
+                raise ValueError(f"stage {self.name!r}: caption weight {fmt}={w} is negative")
+        if sum(self.caption_weights.values()) <= 0:
+            raise ValueError(f"stage {self.name!r}: caption_weights must not all be zero")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 100  # steps between async checkpoints; 0: only at the end of a stage
+    keep_last: int = 3
+    keep_every: int | None = None  # also keep multiples of this (PMA inputs)
+    async_save: bool = True
+
+
+@dataclass
+class StabilityConfig:
+    """Loss and grad-norm spike detection against running statistics."""
+
+    action: SpikeAction = SpikeAction.SKIP
+    warmup_steps: int = 20  # statistics warm up before spikes are judged
+    loss_sigma: float = 6.0  # spike: loss > mean + sigma * std (running, over clean steps)
+    grad_factor: float = 10.0  # spike: grad norm > factor * running mean
+    window: int = 50
+    max_bad_steps: int = 10  # consecutive skipped steps before the run stops
+    max_bad_samples: float = 0.5  # fraction of undecodable samples in a batch that stops the run
+
+
+@dataclass
+class ObserveConfig:
+    log_every: int = 1
+    eval_every: int = 0  # 0: only at the end of a stage
+    sample_every: int = 0  # 0: only at the end of a stage
+    sample_prompts: list[str] = field(default_factory=list)
+    sample_seeds: list[int] = field(default_factory=lambda: [0])
+    sample_steps: int = 20
+    sample_cfg: float = 2.0
+    prometheus_port: int | None = None  # rank r serves port + r
+    peak_tflops: float = 0.0  # per device, for MFU; 0 leaves MFU out
+    eval_batches: int = 4
+    eval_times: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+
+
+@dataclass
+class DataConfig:
+    workers: int = 2  # decode processes per rank; 0 decodes in the training process
+    prefetch: int = 4  # batches each worker prepares ahead
+
+
+@dataclass
+class JobConfig:
+    """The whole training job (``krea2 train --config job.toml``)."""
+
+    run_dir: Path = Path("runs/toy")
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    text: TextConfig = field(default_factory=TextConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    stability: StabilityConfig = field(default_factory=StabilityConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
+    stages: list[StageConfig] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"stage names must be unique; {sorted(dup)[0]!r} repeats")

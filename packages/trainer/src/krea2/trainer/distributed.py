@@ -1,0 +1,81 @@
+"""Process-group setup from torchrun's environment, and the job's device mesh."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from krea2.trainer.config import JobConfig
+from krea2.trainer.validate import parallel_degrees
+
+
+@dataclass
+class DistEnv:
+    """Where this process sits: global rank, mesh coordinates and its device."""
+
+    rank: int
+    world: int
+    device: torch.device
+    dp: int
+    tp: int
+    dp_rank: int
+    mesh: DeviceMesh | None  # ("dp", "tp"); None in a single process
+
+    @property
+    def distributed(self) -> bool:
+        return self.mesh is not None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def dp_group(self):
+        return self.mesh["dp"].get_group() if self.mesh is not None else None
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init_distributed(cfg: JobConfig) -> DistEnv:
+    """Initialise torch.distributed under torchrun (NCCL on CUDA, gloo on CPU) and the mesh."""
+    world = world_size()
+    dp, tp = parallel_degrees(cfg, world)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    if world == 1:
+        return DistEnv(0, 1, device, 1, 1, 0, None)
+    backend = cfg.parallel.backend
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend=backend,
+            timeout=datetime.timedelta(seconds=cfg.parallel.timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+    from krea2.trainer.parallelize import build_mesh
+
+    mesh = build_mesh(dp, tp, device.type)
+    return DistEnv(dist.get_rank(), world, device, dp, tp, mesh["dp"].get_local_rank(), mesh)
+
+
+def all_reduce_sum(tensor: torch.Tensor, env: DistEnv, group=None) -> torch.Tensor:
+    """Sum over ``group`` (default: the dp ranks) in place; a no-op in one process."""
+    if env.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group or env.dp_group())
+    return tensor
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,136 @@
+"""Held-out flow loss at fixed times and noise, and sample grids from fixed prompts and seeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from krea2.trainer.build import TrainModule
+from krea2.trainer.captions import choose_caption
+from krea2.trainer.data import ShardIndex, StepBatches
+from krea2.trainer.distributed import DistEnv, all_reduce_sum
+from krea2.trainer.objective import flow_terms, sample_generator
+
+EVAL_SEED_OFFSET = 7_919  # eval noise never coincides with training noise
+
+
+def to_unit(pixels: torch.Tensor) -> torch.Tensor:
+    """uint8 [B, 3, H, W] -> float [-1, 1]."""
+    return pixels.float() / 127.5 - 1.0
+
+
+@torch.no_grad()
+def eval_loss(
+    module: TrainModule,
+    ae,
+    index: ShardIndex,
+    env: DistEnv,
+    batches: int,
+    times: list[float],
+    seed: int,
+    caption_weights: dict[str, float],
+) -> float:
+    """Weighted mean flow loss over the first ``batches`` batches of ``index`` (file order).
+
+    Sample i of the held-out set always gets time ``times[i % len(times)]`` and the same
+    noise and caption, so the number is comparable across steps and runs.
+    """
+    was_training = module.training
+    module.eval()
+    ds = StepBatches(index, env.dp_rank, env.dp, 0, min(batches, len(index)))
+    total = torch.zeros(2, dtype=torch.float64, device=env.device)
+    local = index.global_batch // env.dp
+    for i in range(len(ds)):
+        batch = ds[i]
+        first = i * index.global_batch + env.dp_rank * local
+        gens = [sample_generator(seed + EVAL_SEED_OFFSET, 0, first + j) for j in range(local)]
+        latents = ae.encode(to_unit(batch["pixels"]).to(env.device))
+        caps = [
+            choose_caption(c, caption_weights, 0.0, g)
+            for c, g in zip(batch["captions"], gens, strict=True)
+        ]
+        t = torch.tensor([times[(first + j) % len(times)] for j in range(local)])
+        noise = torch.stack([torch.randn(latents.shape[1:], generator=g) for g in gens])
+        dtype = next(module.dit.parameters()).dtype
+        terms = flow_terms(
+            lambda x, _txt, tt, _m, caps=caps: module(x, tt, caps)[0],
+            latents.to(dtype),
+            None,
+            None,
+            t,
+            noise,
+        )
+        w = batch["weight"].to(env.device)
+        total += torch.stack([(terms.per_sample * w).sum().double(), w.sum().double()])
+    all_reduce_sum(total, env)
+    module.train(was_training)
+    return float(total[0] / total[1].clamp_min(1e-12))
+
+
+@torch.no_grad()
+def sample_grid(
+    module: TrainModule,
+    ae,
+    prompts: list[str],
+    seeds: list[int],
+    size: tuple[int, int],
+    steps: int,
+    cfg_scale: float,
+    mu: float,
+) -> np.ndarray:
+    """Images for every (prompt, seed), uint8 [len(prompts), len(seeds), H, W, 3].
+
+    Every rank runs the same sampling (FSDP and TP need all ranks in each forward).
+    """
+    from krea2.dit import flow
+    from krea2.dit.pixel_ae import to_uint8
+    from krea2.dit.sampler import euler_sample, seeded_noise
+
+    was_training = module.training
+    module.eval()
+    device = next(module.dit.parameters()).device
+    dtype = next(module.dit.parameters()).dtype
+    w, h = size
+    f = ae.spatial_factor
+    shape = (ae.latent_channels, h // f, w // f)
+    lookup = [*prompts, ""]
+    rows = []
+    for seed in seeds:
+        noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
+        # The sampler batches text tensors (and appends the negative for CFG); here the
+        # "text" is each row's prompt index and the module encodes the strings itself.
+        idx = torch.arange(len(prompts)).view(-1, 1)
+        neg = torch.tensor([[len(prompts)]])
+
+        def velocity(x, txt_idx, t, _mask):
+            return module(x, t, [lookup[int(i)] for i in txt_idx[:, 0]])[0]
+
+        x0 = euler_sample(
+            velocity, noise, flow.sampling_times(steps, mu), idx, None, cfg=cfg_scale, neg_txt=neg
+        )
+        rows.append(to_uint8(ae.decode(x0.float())).numpy())
+    module.train(was_training)
+    return np.stack(rows, axis=1)
+
+
+def save_grid(images: np.ndarray, prompts: list[str], path: Path) -> Path:
+    """Write a PNG grid (rows = prompts, columns = seeds) and the prompts as JSON beside it."""
+    from PIL import Image
+
+    n, s, h, w, _ = images.shape
+    pad = 2
+    canvas = np.full((n * (h + pad) + pad, s * (w + pad) + pad, 3), 255, dtype=np.uint8)
+    for i in range(n):
+        for j in range(s):
+            y, x = pad + i * (h + pad), pad + j * (w + pad)
+            canvas[y : y + h, x : x + w] = images[i, j]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scale = max(1, 256 // max(h, w))
+    Image.fromarray(canvas).resize(
+        (canvas.shape[1] * scale, canvas.shape[0] * scale), Image.Resampling.NEAREST
+    ).save(path)
+    path.with_suffix(".json").write_text(json.dumps({"prompts": prompts}, indent=1) + "\n")
+    return path

@@ -1,0 +1,86 @@
+"""The rectified-flow objective with v-prediction, per-sample weights and time-bucket stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from krea2.dit import flow
+
+TIME_BUCKETS = 4  # loss is also reported per quarter of t in [0, 1]
+
+
+@dataclass
+class FlowTerms:
+    """Per-sample pieces of one flow step (all [B] except where noted)."""
+
+    per_sample: Tensor  # mean squared velocity error of each sample
+    t: Tensor  # flow time, 1 = noise
+    x_t: Tensor  # [B, C, H, W] noised latents
+
+
+def sample_seed(seed: int, step: int, index: int) -> int:
+    """Seed of global sample ``index`` at ``step``: its noise, time and caption draws do not
+    depend on how the batch is split over ranks, so any layout sees the same numbers."""
+    return int(np.random.SeedSequence([seed, step, index]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def sample_generator(seed: int, step: int, index: int) -> torch.Generator:
+    return torch.Generator().manual_seed(sample_seed(seed, step, index))
+
+
+def draw_time_and_noise(
+    generators: list[torch.Generator],
+    shape: tuple[int, ...],
+    mu: float,
+    loc: float = 0.0,
+    scale: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Per sample: t from the shifted logit-normal (mu = the stage's shift), then noise of
+    ``shape``. Returns (t [B] fp32, noise [B, *shape] fp32), on CPU."""
+    ts, noises = [], []
+    for g in generators:
+        ts.append(flow.sample_training_times(1, mu=mu, loc=loc, scale=scale, generator=g))
+        noises.append(torch.randn(shape, generator=g, dtype=torch.float32))
+    return torch.cat(ts), torch.stack(noises)
+
+
+def flow_terms(
+    velocity,
+    latents: Tensor,
+    txt: Tensor,
+    txt_mask: Tensor,
+    t: Tensor,
+    noise: Tensor,
+) -> FlowTerms:
+    """Score ``velocity(x_t, txt, t, mask)`` against v = noise - latents (contract 5).
+
+    latents and noise [B, C, H, W]; t [B] flow time (1 = noise).
+    """
+    noise = noise.to(latents.device, latents.dtype)
+    t = t.to(latents.device)
+    x_t = flow.interpolate(latents, noise, t)
+    v = velocity(x_t, txt, t.to(latents.dtype), txt_mask)
+    err = (v.float() - flow.velocity_target(latents, noise).float()).square()
+    return FlowTerms(err.flatten(1).mean(1), t, x_t)
+
+
+def weighted_loss(per_sample: Tensor, weight: Tensor, global_weight: Tensor, dp: int) -> Tensor:
+    """This rank's share of the global mean: sum(w * l) * dp / sum over all ranks of w.
+
+    FSDP averages gradients over the ``dp`` ranks, so the dp factor makes the update that
+    of the global weighted mean; padded (weight 0) samples contribute nothing.
+    """
+    return (per_sample * weight).sum() * dp / global_weight.clamp_min(1e-12)
+
+
+def time_bucket_sums(per_sample: Tensor, t: Tensor, weight: Tensor) -> Tensor:
+    """[2, TIME_BUCKETS]: weighted loss sums and weights per t quarter (for all-reduce)."""
+    idx = (t.float() * TIME_BUCKETS).long().clamp(0, TIME_BUCKETS - 1).to(per_sample.device)
+    out = torch.zeros(2, TIME_BUCKETS, dtype=torch.float64, device=per_sample.device)
+    out[0].index_add_(0, idx, (per_sample.detach() * weight).double())
+    out[1].index_add_(0, idx, weight.double())
+    return out

@@ -1,0 +1,97 @@
+"""Text conditioning for training: captions -> tapped states [B, T, taps, dim] and a mask."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections import OrderedDict
+
+import torch
+from torch import Tensor, nn
+
+_WORD = re.compile(r"[a-z0-9]+")
+EMPTY_TOKEN = "<empty>"
+
+
+def word_ids(text: str, vocab_size: int, max_tokens: int) -> list[int]:
+    """Lower-cased words hashed (crc32, stable across processes) into ``vocab_size - 1``
+    buckets shifted by one; id 0 is the empty caption's token, so no row is all padding."""
+    words = _WORD.findall(text.lower())[:max_tokens]
+    if not words:
+        return [0]
+    return [1 + zlib.crc32(w.encode()) % (vocab_size - 1) for w in words]
+
+
+class WordConditioner(nn.Module):
+    """A learned word table fanned out over the DiT's text taps (the toy recipe).
+
+    Each tap is the word embedding times a fixed near-identity random matrix, so the taps
+    differ (as encoder layers do) while carrying the same words. Trained with the DiT.
+    """
+
+    def __init__(self, vocab_size: int, dim: int, taps: int, max_tokens: int, seed: int = 0):
+        super().__init__()
+        self.vocab_size, self.max_tokens = vocab_size, max_tokens
+        self.table = nn.Embedding(vocab_size, dim)
+        nn.init.normal_(self.table.weight, std=1.0)
+        g = torch.Generator().manual_seed(seed)
+        mix = torch.eye(dim) + 0.1 * torch.randn(taps, dim, dim, generator=g) / dim**0.5
+        self.register_buffer("taps_mix", mix, persistent=False)
+
+    def tokenize(
+        self, texts: list[str], device: torch.device | str = "cpu"
+    ) -> tuple[Tensor, Tensor]:
+        """(ids [B, T] int64, mask [B, T] bool) with T = max_tokens for every batch, so every
+        rank and step sees one shape (no recompiles, no uneven work)."""
+        rows = [word_ids(t, self.vocab_size, self.max_tokens) for t in texts]
+        length = self.max_tokens
+        ids = torch.zeros(len(rows), length, dtype=torch.long)
+        mask = torch.zeros(len(rows), length, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = True
+        return ids.to(device), mask.to(device)
+
+    def forward(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        """Captions -> (txt [B, T, taps, dim], mask [B, T])."""
+        device = self.table.weight.device
+        ids, mask = self.tokenize(texts, device)
+        emb = self.table(ids)  # [B, T, dim]
+        txt = torch.einsum("btd,kde->btke", emb, self.taps_mix.to(emb.dtype))
+        return txt, mask
+
+
+class FrozenEncoder(nn.Module):
+    """A frozen ``krea2.dit.text.TextEncoder`` (Qwen3-VL) with an optional caption cache."""
+
+    def __init__(self, encoder, cache_size: int = 0) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, tuple[Tensor, Tensor]] = OrderedDict()
+        for p in self.encoder.parameters() if isinstance(encoder, nn.Module) else ():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def forward(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            txt, mask = self.encoder.encode(missing)
+            for i, t in enumerate(missing):
+                self._cache[t] = (txt[i], mask[i])
+        rows = [self._cache[t] for t in texts]
+        out = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return out
+
+
+def build_text(cfg, dit_cfg, seed: int) -> nn.Module:
+    """The job's text conditioner (``cfg``: TextConfig; ``dit_cfg``: the DiT's config)."""
+    if cfg.encoder == "words":
+        return WordConditioner(
+            cfg.vocab_size, dit_cfg.text_dim, dit_cfg.text_taps, cfg.max_tokens, seed
+        )
+    from krea2.dit.text import TextEncoder  # needs the dit text module and a local model
+
+    return FrozenEncoder(TextEncoder.from_pretrained(str(cfg.path)), cfg.cache_size)

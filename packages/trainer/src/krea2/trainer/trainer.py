@@ -1,0 +1,443 @@
+"""The training loop: stages in order, each resumable to the exact step."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from krea2.infra.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from krea2.infra.errors import UserError
+from krea2.infra.logging import get_logger
+from krea2.trainer.build import (
+    TrainModule,
+    build_autoencoder,
+    build_module,
+    check_bucket,
+    dit_config,
+)
+from krea2.trainer.captions import choose_captions
+from krea2.trainer.config import JobConfig, SpikeAction, StageConfig
+from krea2.trainer.data import ShardIndex, batch_loader
+from krea2.trainer.distributed import DistEnv, all_reduce_sum, init_distributed
+from krea2.trainer.evaluate import eval_loss, sample_grid, save_grid, to_unit
+from krea2.trainer.objective import (
+    TIME_BUCKETS,
+    draw_time_and_noise,
+    flow_terms,
+    sample_generator,
+    time_bucket_sums,
+    weighted_loss,
+)
+from krea2.trainer.observe import MetricsLog, mfu
+from krea2.trainer.optim import build_optimizers, clip_grad_norm, set_lr
+from krea2.trainer.schedule import wsd_factor
+from krea2.trainer.stability import SpikeDetector
+from krea2.trainer.validate import resolve_files
+
+log = get_logger("trainer")
+
+
+class TrainingStopped(UserError):
+    """The run stopped on purpose (too many bad steps or samples); the message says why."""
+
+
+@dataclass
+class StageState:
+    """Per-stage loop state that is saved with every checkpoint (as JSON ``extra``)."""
+
+    step: int = 0  # next step to run
+    skip: list[int] = field(default_factory=list)  # batches never to train on (rollbacks)
+    stability: dict[str, Any] | None = None
+
+
+def _stage_mu(stage: StageConfig, image_tokens: int) -> float:
+    from krea2.dit import flow
+
+    return stage.time_shift if stage.time_shift is not None else flow.resolution_mu(image_tokens)
+
+
+class Trainer:
+    """Runs a :class:`JobConfig`: every stage, with checkpoints, guards and metrics.
+
+    ``resume=True`` continues from the newest checkpoint of the first unfinished stage
+    (model, optimizer, step, data position, RNG and guard state); otherwise an existing
+    run directory with checkpoints is refused, so nothing is overwritten by accident.
+    """
+
+    def __init__(self, cfg: JobConfig, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.resume = resume
+        self.env: DistEnv = init_distributed(cfg)
+        if cfg.parallel.deterministic:
+            torch.use_deterministic_algorithms(True)
+        if cfg.parallel.threads:
+            torch.set_num_threads(cfg.parallel.threads)
+        self.run_dir = Path(cfg.run_dir)
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", write=self.env.is_main)
+        self.ae = build_autoencoder(cfg.model.autoencoder, cfg.model.ae_factor, self.env.device)
+        self.dcfg = dit_config(cfg)
+        self._exporter = None
+        if cfg.observe.prometheus_port is not None:
+            from krea2.infra.metrics import start_exporter
+
+            self._exporter = start_exporter(cfg.observe.prometheus_port + self.env.rank)
+
+    # ------------------------------------------------------------------ paths
+    def checkpoint_root(self, stage: StageConfig) -> Path:
+        return self.run_dir / "checkpoints" / stage.name
+
+    def _done_marker(self, stage: StageConfig) -> Path:
+        return self.run_dir / "checkpoints" / f"{stage.name}.done"
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> None:
+        if not self.resume and self.env.is_main:
+            existing = list((self.run_dir / "checkpoints").glob("*/step-*"))
+            if existing:
+                raise UserError(
+                    f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
+                    "or choose another run_dir"
+                )
+        for i, stage in enumerate(self.cfg.stages):
+            if self._done_marker(stage).exists():
+                log.info("stage %s already finished; skipping", stage.name)
+                continue
+            self.run_stage(i, stage)
+        if self._exporter is not None:
+            self._exporter.close()
+
+    def _state(self, module: TrainModule, optimizers: list) -> dict[str, Any]:
+        return {
+            "model": get_model_state_dict(module),
+            "optim": get_optimizer_state_dict(module, optimizers),
+        }
+
+    def _load_state(self, mgr: CheckpointManager, module, optimizers, step=None) -> dict:
+        state = self._state(module, optimizers)
+        extra = mgr.load(state, step=step)
+        set_model_state_dict(module, state["model"])
+        set_optimizer_state_dict(module, optimizers, state["optim"])
+        return extra
+
+    def _init_weights(self, i: int, stage: StageConfig, module: TrainModule) -> None:
+        """Start from the previous stage's final weights (DiT and text; not the iREPA head)."""
+        source: Path | None = None
+        if stage.init_from == "previous" and i > 0:
+            prev = self.cfg.stages[i - 1]
+            source = self.checkpoint_root(prev)
+        elif stage.init_from not in ("previous", "none") and Path(stage.init_from).is_dir():
+            source = Path(stage.init_from)
+        if source is None:
+            return
+        full = get_model_state_dict(module)
+        wanted = {k: v for k, v in full.items() if not k.startswith("irepa.")}
+        if (source / ".metadata").exists():  # a single checkpoint directory
+            import torch.distributed.checkpoint as dcp
+
+            dcp.load({"model": wanted}, checkpoint_id=source, no_dist=not self.env.distributed)
+        else:
+            mgr = CheckpointManager(source)
+            if mgr.latest_step() is None:
+                raise UserError(
+                    f"stage {stage.name!r} starts from {source}, which has no checkpoint"
+                )
+            mgr.load({"model": wanted})
+        set_model_state_dict(module, wanted, options=StateDictOptions(strict=False))
+        log.info("stage %s starts from %s", stage.name, source)
+
+    def run_stage(self, i: int, stage: StageConfig) -> None:
+        cfg, env = self.cfg, self.env
+        index = ShardIndex(
+            resolve_files(stage.data, f"stage {stage.name!r} data"),
+            stage.batch_size,
+            cfg.seed + 1000 * i,
+            shuffle=stage.shuffle,
+        )
+        factor = cfg.model.ae_factor * self.dcfg.patch
+        for ref in {b.bucket: b for b in index.batches}.values():
+            check_bucket(ref.size, factor, f"stage {stage.name!r}")
+        eval_index = None
+        if stage.eval_data:
+            eval_index = ShardIndex(
+                resolve_files(stage.eval_data, "eval_data"), stage.batch_size, 0, shuffle=False
+            )
+        module = build_module(cfg, stage, env)
+        lr = stage.lr if stage.lr is not None else cfg.optimizer.lr
+        trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        optimizers = build_optimizers(trainable, cfg.optimizer, lr)
+        params = [p for _, p in trainable]
+        mgr = CheckpointManager(
+            self.checkpoint_root(stage), cfg.checkpoint.keep_last, cfg.checkpoint.keep_every
+        )
+        st = StageState()
+        detector = SpikeDetector(cfg.stability)
+        if self.resume and mgr.latest_step() is not None:
+            extra = self._load_state(mgr, module, optimizers)
+            st = StageState(extra["step"] + 1, extra["skip"], extra["stability"])
+            detector.load_state_dict(extra["stability"])
+            restore_rng_state(extra["rng"])
+            log.info("resumed stage %s at step %d", stage.name, st.step)
+        else:
+            self._init_weights(i, stage, module)
+        encoder = None
+        if stage.irepa.steps > st.step:
+            from krea2.trainer.irepa import build_encoder
+
+            encoder = build_encoder(
+                stage.irepa.encoder, stage.irepa.encoder_dim, factor, cfg.seed
+            ).to(env.device)
+            module.set_irepa(stage.irepa.layer)
+
+        def save(step: int, sync: bool) -> None:
+            extra = {
+                "step": step,
+                "skip": st.skip,
+                "stability": detector.state_dict(),
+                "rng": capture_rng_state(),
+                "data": {"stage": stage.name, "step": step, "batches_per_epoch": len(index)},
+            }
+            state = self._state(module, optimizers)
+            if sync or not cfg.checkpoint.async_save:
+                mgr.save(step, state, extra)
+            else:
+                mgr.async_save(step, state, extra)
+
+        step = st.step
+        last_saved = step - 1
+        while step < stage.steps:
+            loader = batch_loader(
+                index, env.dp_rank, env.dp, step, stage.steps, cfg.data.workers, cfg.data.prefetch
+            )
+            rolled_back = False
+            t_prev = time.perf_counter()
+            for batch in loader:
+                step = batch["step"]
+                if step in st.skip:
+                    log.warning("step %d: skipping batch marked bad by a rollback", step)
+                    step += 1
+                    continue
+                if encoder is not None and step >= stage.irepa.steps:
+                    module.set_irepa(None)  # iREPA off for the rest of the stage
+                    encoder = None
+                out = self._train_step(stage, module, optimizers, params, batch, step, encoder)
+                verdict = detector.judge(out["loss"], out["grad_norm"])
+                if not verdict.ok and cfg.stability.action is not SpikeAction.LOG:
+                    self.metrics.skipped.labels(stage=stage.name, reason=verdict.reason).inc()
+                    keys = batch["keys"]
+                    log.warning(
+                        "step %d: %s (loss %.4g, grad norm %.4g); batch keys %s",
+                        step,
+                        verdict.reason,
+                        out["loss"],
+                        out["grad_norm"],
+                        keys[:8],
+                    )
+                    if detector.consecutive_bad > cfg.stability.max_bad_steps:
+                        raise TrainingStopped(
+                            f"stage {stage.name!r}: {detector.consecutive_bad} bad steps in a row "
+                            f"(last: {verdict.reason} at step {step}); lower the learning rate "
+                            "or inspect the batches logged above"
+                        )
+                    for opt in optimizers:
+                        opt.zero_grad(set_to_none=True)
+                    if (
+                        cfg.stability.action is SpikeAction.ROLLBACK
+                        and mgr.latest_step() is not None
+                    ):
+                        st.skip.append(step)
+                        extra = self._load_state(mgr, module, optimizers)
+                        detector.load_state_dict(extra["stability"])
+                        step = extra["step"] + 1
+                        log.warning(
+                            "rolled back to step %d; batch %d will be skipped",
+                            step - 1,
+                            st.skip[-1],
+                        )
+                        rolled_back = True
+                        break
+                else:
+                    for opt in optimizers:
+                        opt.step()
+                    for opt in optimizers:
+                        opt.zero_grad(set_to_none=True)
+                now = time.perf_counter()
+                out["step_time"] = now - t_prev
+                t_prev = now
+                self._log_step(stage, step, out, batch)
+                every = cfg.checkpoint.every
+                if every and (step + 1) % every == 0 and step + 1 < stage.steps:
+                    save(step, sync=False)
+                    last_saved = step
+                self._periodic(stage, step, module, eval_index)
+                step += 1
+            if not rolled_back:
+                break
+        mgr.wait()
+        if last_saved != stage.steps - 1:
+            save(stage.steps - 1, sync=True)
+        self._finish(stage, module, eval_index)
+        if env.is_main:
+            self._done_marker(stage).write_text(f"{stage.steps}\n")
+        if env.distributed:
+            torch.distributed.barrier()
+
+    # ------------------------------------------------------------------ one step
+    def _train_step(self, stage, module, optimizers, params, batch, step, encoder) -> dict:
+        cfg, env = self.cfg, self.env
+        local = batch["pixels"].shape[0]
+        weight = batch["weight"].to(env.device)
+        bad = float((weight == 0).sum())
+        if bad:
+            self.metrics.bad_samples.labels(stage=stage.name).inc(bad)
+        if bad / max(local, 1) > cfg.stability.max_bad_samples:
+            raise TrainingStopped(
+                f"step {step}: {int(bad)} of {local} samples could not be decoded "
+                f"(over stability.max_bad_samples={cfg.stability.max_bad_samples}); "
+                "check the shards named in the log"
+            )
+        lr = set_lr(optimizers, wsd_factor(step, stage.steps, stage.schedule))
+        first = env.dp_rank * local
+        gens = [sample_generator(cfg.seed, step, first + j) for j in range(local)]
+        captions = choose_captions(
+            batch["captions"], stage.caption_weights, stage.caption_dropout, gens
+        )
+        pixels = to_unit(batch["pixels"]).to(env.device)
+        with torch.no_grad():
+            latents = self.ae.encode(pixels)
+        dtype = next(module.dit.parameters()).dtype
+        latents = latents.to(dtype)
+        tokens = (latents.shape[2] // self.dcfg.patch) * (latents.shape[3] // self.dcfg.patch)
+        mu = _stage_mu(stage, tokens)
+        t, noise = draw_time_and_noise(
+            gens, tuple(latents.shape[1:]), mu, stage.time_loc, stage.time_scale
+        )
+        target = None
+        if encoder is not None:
+            grid = (latents.shape[2] // self.dcfg.patch, latents.shape[3] // self.dcfg.patch)
+            target = encoder(pixels, grid)
+        aux_box: list = []
+
+        def velocity(x, _txt, tt, _mask):
+            v, aux = module(x, tt, captions, target)
+            aux_box.append(aux)
+            return v
+
+        terms = flow_terms(velocity, latents, None, None, t, noise)
+        total_w = all_reduce_sum(weight.sum().detach().double().clone(), env)
+        loss = weighted_loss(terms.per_sample, weight, total_w.to(weight.dtype), env.dp)
+        irepa_loss = aux_box[0] if aux_box and aux_box[0] is not None else None
+        if irepa_loss is not None:
+            loss = loss + stage.irepa.weight * irepa_loss
+        loss.backward()
+        grad_norm = clip_grad_norm(params, cfg.optimizer.grad_clip)
+        stats = time_bucket_sums(terms.per_sample, terms.t, weight)
+        flow_sum = torch.stack([(terms.per_sample.detach() * weight).sum().double()])
+        packed = torch.cat([flow_sum, stats.flatten()])
+        if irepa_loss is not None:
+            packed = torch.cat([packed, irepa_loss.detach().double().view(1) / env.dp])
+        all_reduce_sum(packed, env)
+        flow_loss = float(packed[0] / total_w.clamp_min(1e-12))
+        stats = packed[1 : 1 + 2 * TIME_BUCKETS].view(2, TIME_BUCKETS)
+        out: dict[str, Any] = {
+            "loss": flow_loss,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "mu": mu,
+            "image_tokens": tokens,
+            "bad_samples": bad,
+        }
+        for b in range(TIME_BUCKETS):
+            n = float(stats[1, b])
+            out[f"loss_t{b}"] = float(stats[0, b]) / n if n else None
+        if irepa_loss is not None:
+            out["irepa_loss"] = float(packed[-1])
+        return out
+
+    # ------------------------------------------------------------------ observability
+    def _log_step(self, stage: StageConfig, step: int, out: dict, batch: dict) -> None:
+        from krea2.dit.flops import cost
+
+        cfg, env = self.cfg, self.env
+        global_batch = stage.batch_size
+        dt = out["step_time"]
+        out["samples_per_second"] = global_batch / dt
+        out["tokens_per_second"] = global_batch * out["image_tokens"] / dt
+        mode = stage.checkpointing.value if stage.checkpointing.value != "none" else None
+        flops = cost(
+            self.dcfg, global_batch, out["image_tokens"], cfg.text.max_tokens, checkpointing=mode
+        ).train_flops
+        out["mfu"] = mfu(flops, dt, env.world, cfg.observe.peak_tflops)
+        out["step"] = step
+        if step % cfg.observe.log_every == 0 or step == stage.steps - 1:
+            self.metrics.record("train", stage.name, out)
+            log.info(
+                "%s step %d loss %.4f grad %.3f lr %.2e %.1f samples/s",
+                stage.name,
+                step,
+                out["loss"],
+                out["grad_norm"],
+                out["lr"],
+                out["samples_per_second"],
+            )
+
+    def _periodic(self, stage, step, module, eval_index) -> None:
+        obs = self.cfg.observe
+        last = step == stage.steps - 1
+        if obs.eval_every and (step + 1) % obs.eval_every == 0 and not last:
+            self._eval(stage, step, module, eval_index)
+        if obs.sample_every and (step + 1) % obs.sample_every == 0 and not last:
+            self._samples(stage, step, module)
+
+    def _finish(self, stage, module, eval_index) -> None:
+        self._eval(stage, stage.steps - 1, module, eval_index)
+        self._samples(stage, stage.steps - 1, module)
+
+    def _eval(self, stage, step, module, eval_index) -> None:
+        if eval_index is None:
+            return
+        obs = self.cfg.observe
+        value = eval_loss(
+            module,
+            self.ae,
+            eval_index,
+            self.env,
+            obs.eval_batches,
+            obs.eval_times,
+            self.cfg.seed,
+            stage.caption_weights,
+        )
+        self.metrics.record("eval", stage.name, {"step": step, "eval_loss": value})
+        log.info("%s step %d eval loss %.4f", stage.name, step, value)
+
+    def _samples(self, stage, step, module) -> None:
+        obs = self.cfg.observe
+        if not obs.sample_prompts:
+            return
+        size = (stage.resolution, stage.resolution)
+        f = self.cfg.model.ae_factor * self.dcfg.patch
+        mu = _stage_mu(stage, (size[0] // f) * (size[1] // f))
+        images = sample_grid(
+            module,
+            self.ae,
+            obs.sample_prompts,
+            obs.sample_seeds,
+            size,
+            obs.sample_steps,
+            obs.sample_cfg,
+            mu,
+        )
+        if self.env.is_main:
+            path = self.run_dir / "samples" / f"{stage.name}-{step:06d}.png"
+            save_grid(images, obs.sample_prompts, path)
+            self.metrics.record("samples", stage.name, {"step": step, "path": str(path)})

@@ -1,0 +1,136 @@
+"""Checks of a whole job that need the world size or the model shape, run before any work."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+from krea2.infra.errors import UserError
+from krea2.trainer.config import Float8Recipe, JobConfig, StageConfig
+
+AUTOENCODERS = ("pixel", "qwen-image", "flux2")
+TEXT_ENCODERS = ("words", "qwen3-vl")
+
+
+def resolve_files(patterns: list[str], what: str) -> list[Path]:
+    """Expand Parquet files/globs in order (sorted within a glob); UserError when none match."""
+    files: list[Path] = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
+        for m in matched:
+            p = Path(m)
+            if p.is_dir():
+                files.extend(sorted(p.glob("*.parquet")))
+            elif p.is_file():
+                files.append(p)
+            else:
+                raise UserError(f"{what}: {m} does not exist; fix the path or the glob")
+    if not files:
+        raise UserError(f"{what}: {patterns} match no Parquet files")
+    return files
+
+
+def parallel_degrees(cfg: JobConfig, world_size: int) -> tuple[int, int]:
+    """(dp, tp) of the mesh; UserError unless dp * tp == world_size."""
+    tp = cfg.parallel.tp
+    if tp < 1:
+        raise UserError(f"parallel.tp={tp} must be >= 1")
+    dp = cfg.parallel.dp or world_size // tp
+    if dp * tp != world_size:
+        raise UserError(
+            f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} ranks, but the job has "
+            f"{world_size}; set parallel.dp=0 (derived) and a tp that divides {world_size}"
+        )
+    return dp, tp
+
+
+def cuda_float8_capable() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+def _check_stage(cfg: JobConfig, stage: StageConfig, index: int, dp: int, patch: int) -> None:
+    where = f"stage {stage.name!r}"
+    if not stage.data:
+        raise UserError(f"{where} has no data; set stages[{index}].data = ['shards/*.parquet']")
+    resolve_files(stage.data, f"{where} data")
+    if stage.eval_data:
+        resolve_files(stage.eval_data, f"{where} eval_data")
+    if stage.batch_size % dp:
+        raise UserError(
+            f"{where}: batch_size={stage.batch_size} is not divisible by the {dp} data-parallel "
+            f"ranks; use a multiple of {dp}"
+        )
+    factor = cfg.model.ae_factor * patch
+    if stage.resolution % factor:
+        raise UserError(
+            f"{where}: resolution={stage.resolution} is not divisible by autoencoder factor x "
+            f"patch = {factor}"
+        )
+    wants_fp8 = stage.float8 is not Float8Recipe.NONE and not stage.float8_emulate
+    if wants_fp8 and not cuda_float8_capable():
+        raise UserError(
+            f"{where}: float8={stage.float8.value!r} needs an NVIDIA GPU with compute "
+            "capability >= 8.9 (Ada/Hopper/Blackwell), and none is available; set "
+            f"stages[{index}].float8 = 'none' (or float8_emulate = true for numerics tests)"
+        )
+    if stage.irepa.steps > 0:
+        depth = _model_cfg(cfg).depth
+        if not 0 <= stage.irepa.layer < depth:
+            raise UserError(
+                f"{where}: irepa.layer={stage.irepa.layer} is not a block of a {depth}-block DiT"
+            )
+        enc = stage.irepa.encoder
+        if enc != "tiny" and not (enc.startswith("hf:") and Path(enc[3:]).exists()):
+            raise UserError(
+                f"{where}: irepa.encoder={enc!r}; use 'tiny' or 'hf:/local/path' to a vision model"
+            )
+    if stage.init_from not in ("previous", "none") and not Path(stage.init_from).exists():
+        raise UserError(f"{where}: init_from={stage.init_from!r} does not exist")
+
+
+def _model_cfg(cfg: JobConfig):
+    from krea2.dit.config import get_config
+
+    return get_config(cfg.model.name, **cfg.model.overrides)
+
+
+def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
+    """Raise one UserError naming the first problem of ``cfg`` for ``world_size`` ranks."""
+    from krea2.dit.parallel import check_tp_degree
+
+    if not cfg.stages:
+        raise UserError("the job has no stages; add a [[stages]] table with data and steps")
+    model_cfg = _model_cfg(cfg)
+    dp, tp = parallel_degrees(cfg, world_size)
+    if tp > 1:
+        check_tp_degree(model_cfg, tp)
+    ae = cfg.model.autoencoder.split(":", 1)[0]
+    if ae not in AUTOENCODERS:
+        raise UserError(
+            f"model.autoencoder={cfg.model.autoencoder!r}; choose one of {AUTOENCODERS}"
+        )
+    if ae == "pixel" and model_cfg.latent_channels != 3 * cfg.model.ae_factor**2:
+        raise UserError(
+            f"model {model_cfg.name!r} has latent_channels={model_cfg.latent_channels} but "
+            f"PixelAE(factor={cfg.model.ae_factor}) gives {3 * cfg.model.ae_factor**2}"
+        )
+    if cfg.model.dtype not in ("float32", "bfloat16"):
+        raise UserError(f"model.dtype={cfg.model.dtype!r}; choose 'float32' or 'bfloat16'")
+    if cfg.text.encoder not in TEXT_ENCODERS:
+        raise UserError(f"text.encoder={cfg.text.encoder!r}; choose one of {TEXT_ENCODERS}")
+    if cfg.text.encoder == "qwen3-vl" and (cfg.text.path is None or not cfg.text.path.exists()):
+        raise UserError(
+            f"text.encoder='qwen3-vl' needs text.path to a local model, got {cfg.text.path}"
+        )
+    if cfg.parallel.async_tp and tp <= 2:
+        raise UserError(f"parallel.async_tp needs tp > 2 (got tp={tp}); set async_tp = false")
+    for i, stage in enumerate(cfg.stages):
+        _check_stage(cfg, stage, i, dp, model_cfg.patch)
+        if cfg.parallel.async_tp and not stage.compile:
+            raise UserError(
+                f"stage {stage.name!r}: async_tp works through torch.compile; set compile = true"
+            )
+    if cfg.parallel.backend not in ("auto", "gloo", "nccl"):
+        raise UserError(f"parallel.backend={cfg.parallel.backend!r}; choose auto, gloo or nccl")
