@@ -27,14 +27,14 @@ def redact(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn, flags=re.IGNORECASE)
 
 
-def shard_of(key: Any, n_shards: int) -> int:
-    """Stable shard index of a primary-key value: blake2b of its text form, modulo the shard count.
+def key_hash(key: Any) -> int:
+    """Stable 64-bit hash of a key's text form (``12`` and ``"12"`` hash alike)."""
+    return int.from_bytes(hashlib.blake2b(str(key).encode(), digest_size=8).digest(), "big")
 
-    The text form of ``12`` and ``"12"`` is the same, so a key's shard does not depend on whether
-    it arrived as a number or a string.
-    """
-    digest = hashlib.blake2b(str(key).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % n_shards
+
+def shard_of(key: Any, n_shards: int) -> int:
+    """Stable shard index of a primary-key value: its :func:`key_hash` modulo the shard count."""
+    return key_hash(key) % n_shards
 
 
 @dataclass

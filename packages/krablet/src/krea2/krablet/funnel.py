@@ -1,13 +1,15 @@
 """The funnel: per-shard writers that coalesce upserts and patches into batched statements.
 
-Each shard has one writer thread with its own connection. Calls append rows to the shard's
-buffer, where consecutive writes of the same (table, operation, column set) coalesce by key
-(last write wins). The writer takes up to ``max_batch`` rows of the oldest group, sorts them by
-key (so concurrent writers lock rows in the same order and never deadlock) and sends them as
-one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO UPDATE … WHERE … IS DISTINCT FROM …``
-(or one ``UPDATE … FROM unnest(…)`` for patches), which skips no-op updates. ``flush()``
-returns once everything written before it is committed. With ``durable=False`` the writers
-commit with ``synchronous_commit=off`` (fire-and-forget, for idempotent writes). A lost
+Each shard has ``writers_per_shard`` writer threads, each with its own connection and its own
+disjoint slice of the keys (by hash), so writers never wait on each other's row locks. Calls
+append rows to the owning writer's buffer, where consecutive writes of the same (table,
+operation, column set) coalesce by key (last write wins). A writer takes up to ``max_batch``
+rows per statement, sorted by key (concurrent funnels lock rows in the same order), and sends
+each batch as one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO UPDATE … WHERE … IS DISTINCT
+FROM …`` (or one ``UPDATE … FROM unnest(…)`` for patches), which skips no-op updates; up to
+``statements_per_commit`` batches share one transaction, so one WAL flush covers them.
+``flush()`` returns once everything written before it is committed. With ``durable=False`` the
+writers commit with ``synchronous_commit=off`` (fire-and-forget, for idempotent writes). A lost
 connection (Postgres restart) is retried with backoff; the rows stay buffered meanwhile.
 """
 
@@ -25,6 +27,7 @@ from psycopg import sql
 
 from krea2.infra.errors import UserError
 from krea2.krablet.batch_sql import column_params, unnest_from, value_expr
+from krea2.krablet.cluster import key_hash
 from krea2.krablet.schema import Table
 
 if TYPE_CHECKING:
@@ -83,8 +86,8 @@ def write_statement(t: Table, op: str, columns: tuple[str, ...]) -> sql.Composab
 
 
 class _ShardWriter(threading.Thread):
-    def __init__(self, funnel: Funnel, shard: int) -> None:
-        super().__init__(name=f"krablet-funnel-{shard}", daemon=True)
+    def __init__(self, funnel: Funnel, shard: int, lane: int = 0) -> None:
+        super().__init__(name=f"krablet-funnel-{shard}.{lane}", daemon=True)
         self.funnel, self.shard = funnel, shard
         self.cond = threading.Condition()
         self.groups: list[_Group] = []
@@ -94,6 +97,7 @@ class _ShardWriter(threading.Thread):
         self.stopping = False
         self.conn: psycopg.Connection | None = None
         self.batches = 0
+        self.rows_written = 0
 
     def add(self, table: str, op: str, rows: Iterable[dict[str, Any]], key: str) -> None:
         with self.cond:
@@ -120,41 +124,39 @@ class _ShardWriter(threading.Thread):
             errors, self.errors = self.errors, []
         return errors
 
-    def _take(self) -> tuple[_Group, int] | None:
+    def _take(self) -> list[tuple[_Group, int]]:
+        """Up to ``statements_per_commit`` batches from the front of the buffer (empty: stop)."""
+        f = self.funnel
         with self.cond:
             while not self.groups and not self.stopping:
                 self.cond.wait(0.5)
             if not self.groups:
-                return None
-            linger = self.funnel.linger_s
-            if (
-                linger
-                and len(self.groups) == 1
-                and len(self.groups[0].rows) < self.funnel.max_batch
-            ):
-                self.cond.wait(linger)  # let a few more rows coalesce into this batch
-            group = self.groups[0]
-            if len(group.rows) <= self.funnel.max_batch:
-                self.groups.pop(0)
-                return group, group.seq
-            keys = list(group.rows)[: self.funnel.max_batch]
-            part = _Group(
-                group.table, group.op, group.columns, {k: group.rows.pop(k) for k in keys}
-            )
-            return part, 0  # more of this group is still buffered: progress is marked later
+                return []
+            if f.linger_s and len(self.groups) == 1 and len(self.groups[0].rows) < f.max_batch:
+                self.cond.wait(f.linger_s)  # let a few more rows coalesce into this batch
+            taken: list[tuple[_Group, int]] = []
+            while self.groups and len(taken) < f.statements_per_commit:
+                group = self.groups[0]
+                if len(group.rows) <= f.max_batch:
+                    self.groups.pop(0)
+                    taken.append((group, group.seq))
+                    continue
+                keys = list(group.rows)[: f.max_batch]
+                part = _Group(
+                    group.table, group.op, group.columns, {k: group.rows.pop(k) for k in keys}
+                )
+                taken.append((part, 0))  # the rest of the group is still buffered
+            return taken
 
     def run(self) -> None:
         while True:
             taken = self._take()
-            if taken is None:
+            if not taken:
                 return
-            group, seq = taken
-            error = self._write(group)
+            errors = self._write([g for g, _ in taken])
             with self.cond:
-                if error:
-                    self.errors.append(error)
-                if seq:
-                    self.done = max(self.done, seq)
+                self.errors.extend(errors)
+                self.done = max([self.done, *(seq for _, seq in taken)])
                 self.cond.notify_all()
 
     def _connect(self) -> psycopg.Connection:
@@ -165,23 +167,32 @@ class _ShardWriter(threading.Thread):
             )
         return self.conn
 
-    def _write(self, group: _Group) -> str | None:
+    def _prepare(self, group: _Group) -> tuple[sql.Composable, dict[str, list]]:
         t = self.funnel.wh.table(group.table)
-        stmt = self.funnel.statement(t, group.op, group.columns)
         keys = sorted(group.rows)
         rows = [(k, *(group.rows[k].get(c) for c in group.columns)) for k in keys]
-        params = column_params(
-            [("_k", t.key_type)] + [(c, t.all_columns[c]) for c in group.columns], rows
-        )
+        typed = [("_k", t.key_type)] + [(c, t.all_columns[c]) for c in group.columns]
+        return self.funnel.statement(t, group.op, group.columns), column_params(typed, rows)
+
+    def _write(self, groups: list[_Group]) -> list[str]:
+        """Write the batches in one transaction; on a data error, each in its own to isolate it."""
+        stmts = [self._prepare(g) for g in groups]
         delay = 0.1
         while True:
             try:
-                self._connect().execute(stmt, params)
-                self.batches += 1
-                return None
+                conn = self._connect()
+                if len(stmts) == 1:
+                    conn.execute(*stmts[0])
+                else:
+                    with conn.pipeline(), conn.transaction():
+                        for stmt, params in stmts:
+                            conn.execute(stmt, params)
+                self.batches += len(stmts)
+                self.rows_written += sum(len(g.rows) for g in groups)
+                return []
             except psycopg.OperationalError as exc:
                 if self.stopping and self.funnel.give_up_on_close:
-                    return f"shard {self.shard} unreachable at close: {exc}"
+                    return [f"shard {self.shard} unreachable at close: {exc}"]
                 log.warning(
                     "funnel: shard %d unreachable (%s); retrying in %.1fs",
                     self.shard,
@@ -193,8 +204,11 @@ class _ShardWriter(threading.Thread):
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
             except psycopg.Error as exc:  # the data is wrong, not the connection
+                if len(groups) > 1:
+                    return [e for g in groups for e in self._write([g])]
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                return f"{group.op} into {group.table} ({len(rows)} rows) refused: {msg}"
+                g = groups[0]
+                return [f"{g.op} into {g.table} ({len(g.rows)} rows) refused: {msg}"]
 
 
 class Funnel:
@@ -211,6 +225,8 @@ class Funnel:
         max_batch: int = 1000,
         linger_s: float = 0.0,
         give_up_on_close: bool = False,
+        writers_per_shard: int = 1,
+        statements_per_commit: int = 8,
     ) -> None:
         self.wh = wh
         self.durable = durable
@@ -218,7 +234,15 @@ class Funnel:
         self.linger_s = linger_s
         self.give_up_on_close = give_up_on_close
         self._statements: dict[tuple, sql.Composable] = {}
-        self._writers = [_ShardWriter(self, i) for i in range(len(wh.cluster))]
+        if writers_per_shard < 1:
+            raise UserError(f"writers_per_shard must be at least 1, got {writers_per_shard}")
+        self.lanes = writers_per_shard
+        self.statements_per_commit = max(1, statements_per_commit)
+        self._writers = [
+            _ShardWriter(self, i, lane)
+            for i in range(len(wh.cluster))
+            for lane in range(writers_per_shard)
+        ]
         for w in self._writers:
             w.start()
 
@@ -231,23 +255,29 @@ class Funnel:
 
     def _route(self, table: str, op: str, rows: Iterable[Mapping[str, Any]]) -> int:
         t = self.wh.table(table)
-        by_shard: dict[int, list[dict[str, Any]]] = {}
+        n_shards = len(self.wh.cluster)
+        by_writer: dict[int, list[dict[str, Any]]] = {}
         n = 0
         for row in rows:
             if not isinstance(row, Mapping):
                 raise UserError(
                     f"{op} into {table}: each row must be a mapping, got {type(row).__name__}"
                 )
-            if t.key not in row or row[t.key] is None:
+            key = row.get(t.key)
+            if key is None:
                 raise UserError(f"{op} into {table}: a row has no key {t.key!r}")
             for col in row:
-                t.check_column(col, f"{op} into {table}")
+                if col not in t.all_columns:
+                    t.check_column(col, f"{op} into {table}")
             if op == "patch" and len(row) == 1:
                 continue
-            by_shard.setdefault(self.wh.cluster.shard_of(row[t.key]), []).append(dict(row))
+            h = key_hash(key)
+            # each key has one writer (shard, lane): writers never wait on each other's row locks
+            writer = (h % n_shards) * self.lanes + (h // n_shards) % self.lanes
+            by_writer.setdefault(writer, []).append(dict(row))
             n += 1
-        for shard, shard_rows in by_shard.items():
-            self._writers[shard].add(table, op, shard_rows, t.key)
+        for writer, writer_rows in by_writer.items():
+            self._writers[writer].add(table, op, writer_rows, t.key)
         return n
 
     def upsert(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -268,7 +298,13 @@ class Funnel:
 
     @property
     def batches_written(self) -> int:
+        """Statements executed so far (each holds up to ``max_batch`` rows)."""
         return sum(w.batches for w in self._writers)
+
+    @property
+    def rows_written(self) -> int:
+        """Rows sent to the shards so far (after coalescing repeated keys)."""
+        return sum(w.rows_written for w in self._writers)
 
     def close(self, flush: bool = True) -> None:
         try:

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import psycopg
@@ -131,8 +132,9 @@ class Table:
             self.check_column(col, "index")
 
     # -- lookups -------------------------------------------------------------------------
-    @property
+    @cached_property
     def all_columns(self) -> dict[str, str]:
+        """The key and every column, name → type (treat as read-only)."""
         return {self.key: self.key_type, **self.columns}
 
     def check_column(self, col: str, what: str = "request") -> str:
