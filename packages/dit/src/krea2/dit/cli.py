@@ -1,0 +1,137 @@
+"""`krea2 dit`: sample images, convert checkpoints, count FLOPs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(
+    help="The Krea 2 DiT: sampling, checkpoint conversion, FLOP counts.\n\n"
+    "Example: krea2 dit flops --config krea2-12b --size 1024x1024",
+    no_args_is_help=True,
+)
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _dtype(name: str, device: str):
+    import torch
+
+    from krea2.infra.errors import UserError
+
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if name not in table:
+        raise UserError(f"--dtype {name!r}: choose auto, fp32, bf16 or fp16")
+    return table[name]
+
+
+@app.command()
+def sample(
+    weights: Path = typer.Option(..., help="DiT checkpoint: .safetensors or diffusers folder."),
+    prompt: list[str] = typer.Option(..., help="Prompt; repeat for several images."),
+    size: str = typer.Option("1024x1024", help="WIDTHxHEIGHT in pixels."),
+    steps: int = typer.Option(28, help="Euler steps."),
+    cfg: float = typer.Option(4.5, help="Krea CFG w: v_c + w (v_c - v_u); 0 disables."),
+    seed: int = typer.Option(0, help="Image i uses seed + i."),
+    mu: float = typer.Option(None, help="Fixed time shift (default: from the resolution)."),
+    turbo: bool = typer.Option(False, help="Turbo settings: mu 1.15 (pass --steps 8 --cfg 0)."),
+    negative: str = typer.Option("", help="Negative prompt (used when cfg != 0)."),
+    text_encoder: str = typer.Option(
+        "tiny", help="Local Qwen3-VL folder, or 'tiny[:SEED]' (random tiny Qwen3-VL)."
+    ),
+    text_tokens: int = typer.Option(512, help="Fixed text length T of the layout."),
+    ae: str = typer.Option("pixel", help="'pixel[:F]', 'qwen:PATH' or 'flux2:PATH'."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
+    dtype: str = typer.Option("auto", help="auto (bf16 on GPU, fp32 on CPU), fp32, bf16."),
+    out: Path = typer.Option(..., help="Output folder for PNGs."),
+) -> None:
+    """Generate images from prompts and write PNGs.
+
+    Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
+    --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
+    """
+    from krea2.dit.flow import TURBO_MU
+    from krea2.dit.generate import (
+        generate,
+        load_autoencoder,
+        load_text_encoder,
+        parse_size,
+        save_pngs,
+    )
+    from krea2.dit.weights import from_pretrained
+
+    w, h = parse_size(size)
+    dev = _device(device)
+    dt = _dtype(dtype, dev)
+    model = from_pretrained(weights, dtype=dt, device=dev)
+    enc = load_text_encoder(text_encoder, model, text_tokens, dt, dev)
+    autoenc = load_autoencoder(ae, dt, dev)
+    images = generate(
+        model, enc, autoenc, prompt, w, h, steps=steps, cfg=cfg, seed=seed,
+        mu=TURBO_MU if turbo and mu is None else mu, negative=negative,
+    )  # fmt: skip
+    for p in save_pngs(images, out, [seed + i for i in range(len(prompt))]):
+        typer.echo(str(p))
+
+
+@app.command()
+def convert(
+    src: Path = typer.Argument(..., help="Checkpoint file or diffusers folder."),
+    dst: Path = typer.Argument(..., help="Output file (krea) or folder (diffusers)."),
+    to: str = typer.Option(..., "--to", help="diffusers or krea."),
+) -> None:
+    """Convert a DiT checkpoint between the released (krea) and diffusers formats.
+
+    Example: krea2 dit convert --to diffusers krea2-raw.safetensors krea2-raw-diffusers/
+    """
+    from krea2.dit.weights import convert as run
+    from krea2.infra.errors import UserError
+
+    if to not in ("diffusers", "krea"):
+        raise UserError(f"--to {to!r}: choose diffusers or krea")
+    typer.echo(f"wrote {run(src, dst, to=to)}")
+
+
+@app.command()
+def flops(
+    config: str = typer.Option("krea2-12b", help="Named config (krea2-12b, toy, tiny, ...)."),
+    size: str = typer.Option("1024x1024", help="WIDTHxHEIGHT in pixels."),
+    batch: int = typer.Option(1, help="Batch size."),
+    text_tokens: int = typer.Option(512, help="Text tokens T."),
+    ae_factor: int = typer.Option(8, help="Autoencoder spatial factor (1 for PixelAE)."),
+    checkpointing: str = typer.Option("none", help="none, full or selective."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Print parameters, FLOPs per forward and per training step.
+
+    Example: krea2 dit flops --config krea2-12b --size 1024x1024
+    """
+    from krea2.dit.config import get_config
+    from krea2.dit.flops import cost
+    from krea2.dit.flow import image_tokens
+    from krea2.dit.generate import parse_size
+
+    cfg = get_config(config)
+    w, h = parse_size(size)
+    n = image_tokens(h, w, ae_factor * cfg.patch)
+    ac = None if checkpointing == "none" else checkpointing
+    c = cost(cfg, batch, n, text_tokens, checkpointing=ac)
+    d = {"config": config, "size": size, "batch": batch, "image_tokens": n,
+         "text_tokens": text_tokens, **c.as_dict()}  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(d))
+        return
+    typer.echo(f"config {config}: {c.params:,} parameters")
+    typer.echo(f"{size} x batch {batch}: {n} image + {text_tokens} text tokens")
+    typer.echo(f"forward:       {c.forward_flops / 1e12:,.2f} TFLOP")
+    typer.echo(f"training step: {c.train_flops / 1e12:,.2f} TFLOP (forward + backward)")
