@@ -63,6 +63,15 @@ def spawn(cluster_file: Path, *args: str, env: dict | None = None) -> subprocess
     )
 
 
+def wait_for_progress(cluster, procs: list[subprocess.Popen], timeout: float = 60) -> None:
+    """Block until the workers have written some results (they are past start-up)."""
+    deadline = time.monotonic() + timeout
+    while not any(v is not None for v in results(cluster).values()):
+        assert time.monotonic() < deadline, "workers made no progress"
+        assert all(p.poll() is None for p in procs), "a worker exited early"
+        time.sleep(0.1)
+
+
 def test_worker_drains_a_dag_and_fails_single_rows(cluster):
     table = Table(
         "images",
@@ -115,7 +124,8 @@ def test_sigterm_finishes_or_releases_claims(cluster, tmp_path):
     proc = spawn(
         path, "--batch-size", "10", "--concurrency", "2", env={"KRABLET_TEST_DELAY": "0.3"}
     )
-    time.sleep(2.5)
+    wait_for_progress(cluster, [proc])
+    time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0, out
@@ -137,7 +147,7 @@ def test_sigkilled_workers_lose_nothing_on_a_20000_row_job(cluster, tmp_path):
     procs = [spawn(path, *args, env=env) for _ in range(2)]
     kills = 0
     rng = random.Random(7)
-    time.sleep(1.5)
+    wait_for_progress(cluster, procs)
     while kills < 5:
         victim = rng.randrange(len(procs))
         procs[victim].kill()
@@ -180,7 +190,8 @@ def test_a_postgres_restart_is_survived_by_workers_and_the_funnel(own_server, tm
         env={"KRABLET_TEST_DELAY": "0.1"},
     )
     funnel = wh.funnel()
-    time.sleep(1.5)
+    wait_for_progress(wh.cluster, [proc])
+    time.sleep(0.5)
     assert proc.poll() is None  # the worker is mid-job when Postgres goes away
     assert stop_shard(pgdata, mode="fast")
     funnel.upsert("nums", [{"n": i} for i in range(2000, 2500)])  # buffered while down
