@@ -19,13 +19,13 @@ app = typer.Typer(
 
 def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = False) -> None:
     """Load, validate (before any work), then train. Shared by the CLI and ``-m krea2.trainer``."""
-    from krea2.infra.config import load_config
     from krea2.infra.logging import setup_logging
-    from krea2.trainer.config import JobConfig
     from krea2.trainer.distributed import shutdown, world_size
     from krea2.trainer.validate import validate_job
 
-    cfg = load_config(JobConfig, config, overrides)
+    from krea2.trainer.jobfile import load_job
+
+    cfg = load_job(config, overrides)
     validate_job(cfg, world_size())
     if dry_run:
         typer.echo(f"config {config} is valid for {world_size()} rank(s)")

@@ -1,0 +1,127 @@
+"""PMA (average of the last N checkpoints, every K steps) and weighted merging, from disk.
+
+Nothing is kept in training memory: the averages stream over saved checkpoints, a group
+of tensors at a time (at most ``chunk_bytes`` per source in memory), into fp32 sums.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from krea2.infra.checkpoint import CheckpointManager
+from krea2.infra.errors import UserError
+
+DIT_PREFIX = "model.dit."
+
+
+def _tensor_keys(step_dir: Path, prefix: str) -> dict[str, TensorStorageMetadata]:
+    meta = FileSystemReader(step_dir).read_metadata().state_dict_metadata
+    return {
+        k: v
+        for k, v in meta.items()
+        if k.startswith(prefix) and isinstance(v, TensorStorageMetadata)
+    }
+
+
+def _load_source(source: Path, keys: list[str], meta: dict) -> dict[str, torch.Tensor]:
+    if source.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(source), "pt") as f:
+            return {k: f.get_tensor(k.removeprefix(DIT_PREFIX)).float() for k in keys}
+    out = {k: torch.empty(tuple(meta[k].size), dtype=meta[k].properties.dtype) for k in keys}
+    dcp.load(out, storage_reader=FileSystemReader(source), no_dist=True)
+    return {k: v.float() for k, v in out.items()}
+
+
+def average(
+    sources: list[Path], weights: list[float] | None = None, chunk_bytes: int = 1 << 30
+) -> dict[str, torch.Tensor]:
+    """Weighted average of the DiT weights in ``sources`` (DCP step dirs or safetensors
+    in released keys), keyed by the DiT's state-dict names. Uniform when ``weights`` is
+    None; weights are normalised to sum to 1."""
+    if not sources:
+        raise UserError("nothing to average: give at least one checkpoint")
+    weights = weights or [1.0] * len(sources)
+    if len(weights) != len(sources) or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise UserError(f"weights {weights} must be {len(sources)} non-negative numbers, not all 0")
+    total = sum(weights)
+    weights = [w / total for w in weights]
+    first = sources[0]
+    if first.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(first), "pt") as f:
+            meta = {DIT_PREFIX + k: None for k in f.keys()}
+    else:
+        meta = _tensor_keys(first, DIT_PREFIX)
+    if not meta:
+        raise UserError(f"{first} holds no DiT weights (keys under {DIT_PREFIX!r})")
+    keys = sorted(meta)
+    chunks, cur, size = [], [], 0
+    for k in keys:
+        nbytes = 4 * (int(torch.Size(meta[k].size).numel()) if meta[k] is not None else 0)
+        if cur and size + nbytes > chunk_bytes:
+            chunks.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += nbytes
+    chunks.append(cur)
+    out: dict[str, torch.Tensor] = {}
+    for chunk in chunks:
+        acc: dict[str, torch.Tensor] = {}
+        for src, w in zip(sources, weights, strict=True):
+            part = _load_source(src, chunk, meta)
+            for k, v in part.items():
+                acc[k] = acc[k].add_(v, alpha=w) if k in acc else v.mul_(w)
+        out.update({k.removeprefix(DIT_PREFIX): v for k, v in acc.items()})
+    return out
+
+
+def pma_steps(root: Path, last: int, every: int) -> list[int]:
+    """The newest ``last`` complete checkpoint steps under ``root`` whose step + 1 is a
+    multiple of ``every`` (0: any)."""
+    steps = CheckpointManager(root).complete_steps()
+    if every:
+        steps = [s for s in steps if (s + 1) % every == 0]
+    if len(steps) < last:
+        raise UserError(
+            f"PMA wants {last} checkpoints every {every} steps under {root} but found {steps}; "
+            "keep more (checkpoint.keep_every) or lower --last"
+        )
+    return steps[-last:]
+
+
+def save_dit(state: dict[str, torch.Tensor], job_config: Path, out: Path) -> Path:
+    """Write averaged weights as a released-format safetensors of the job's DiT."""
+    from krea2.dit.model import Krea2DiT
+    from krea2.dit.weights import save_weights
+    from krea2.infra.config import load_config
+    from krea2.trainer.build import dit_config
+    from krea2.trainer.config import JobConfig
+
+    cfg = load_config(JobConfig, job_config)
+    model = Krea2DiT(dit_config(cfg))
+    model.load_state_dict(state, strict=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_weights(model, str(out))
+    return out
+
+
+def pma_from_run(run_dir: Path, stage: str, last: int, every: int, out: Path) -> list[int]:
+    root = Path(run_dir) / "checkpoints" / stage
+    steps = pma_steps(root, last, every)
+    mgr = CheckpointManager(root)
+    save_dit(average([mgr.path_of(s) for s in steps]), Path(run_dir) / "config.toml", out)
+    return steps
+
+
+def merge_to_file(
+    sources: list[Path], weights: list[float] | None, job_config: Path, out: Path
+) -> Path:
+    return save_dit(average([Path(s) for s in sources], weights), job_config, out)

@@ -1,0 +1,84 @@
+"""``krea2 train plot``: loss curves of a run as PNG and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from krea2.infra.errors import UserError
+from krea2.trainer.observe import read_metrics
+
+
+def _series(rows: list[dict], kind: str, key: str) -> dict[str, tuple[list, list]]:
+    out: dict[str, tuple[list, list]] = {}
+    for r in rows:
+        if r.get("kind") == kind and r.get(key) is not None:
+            xs, ys = out.setdefault(r["stage"], ([], []))
+            xs.append(r["step"])
+            ys.append(r[key])
+    return out
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> tuple[Path, Path]:
+    """Training loss (raw and smoothed), held-out loss, loss per time bucket, grad norm and
+    learning rate, one panel each; returns the PNG and HTML paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise UserError(f"{path} does not exist; point at a run directory of krea2 train")
+    rows = read_metrics(path)
+    if not rows:
+        raise UserError(f"{path} has no metrics yet")
+    panels = [
+        ("train loss", [("train", "loss")]),
+        ("held-out loss", [("eval", "eval_loss")]),
+        ("loss by t quarter", [("train", f"loss_t{b}") for b in range(4)]),
+        ("grad norm", [("train", "grad_norm")]),
+        ("learning rate", [("train", "lr")]),
+        ("iREPA loss", [("train", "irepa_loss")]),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for ax, (title, keys) in zip(axes.flat, panels, strict=True):
+        for kind, key in keys:
+            for stage, (xs, ys) in _series(rows, kind, key).items():
+                label = f"{stage} {key}" if len(keys) > 1 else stage
+                ax.plot(xs, ys, lw=0.8, alpha=0.5 if key == "loss" else 1.0, label=label)
+                if key == "loss" and len(ys) > 10:
+                    k = max(1, len(ys) // 20)
+                    smooth = [
+                        sum(ys[max(0, i - k) : i + 1]) / len(ys[max(0, i - k) : i + 1])
+                        for i in range(len(ys))
+                    ]
+                    ax.plot(xs, smooth, lw=1.5, label=f"{stage} (mean of {k + 1})")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if title in ("train loss", "held-out loss", "grad norm"):
+            ax.set_yscale("log")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    prefix = out or Path(run_dir) / "curves"
+    png = prefix.with_suffix(".png")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    samples = sorted((Path(run_dir) / "samples").glob("*.png"))
+    imgs = "".join(
+        f"<figure><img src='data:image/png;base64,{base64.b64encode(s.read_bytes()).decode()}'>"
+        f"<figcaption>{html.escape(s.name)}</figcaption></figure>"
+        for s in samples[-6:]
+    )
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(str(run_dir))}</title>"
+        f"<h1>{html.escape(str(run_dir))}</h1>"
+        f"<img src='data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}'>"
+        f"<h2>samples</h2>{imgs}"
+    )
+    page_path = prefix.with_suffix(".html")
+    page_path.write_text(page)
+    return png, page_path

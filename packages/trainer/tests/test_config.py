@@ -1,0 +1,92 @@
+"""Config errors fail before any work starts, with one clear message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from krea2.infra.config import ConfigError
+from krea2.infra.errors import UserError
+from krea2.trainer.config import JobConfig, StageConfig
+from krea2.trainer.jobfile import load_job
+from krea2.trainer.validate import validate_job
+
+
+def test_unknown_optimizer_names_the_choices(write_job):
+    with pytest.raises(ConfigError, match=r"optimizer.name.*'adamw', 'muon'"):
+        load_job(write_job(), ["optimizer.name=sgdx"])
+
+
+def test_tp_degree_not_dividing_heads_is_rejected(write_job):
+    cfg = load_job(write_job(), ["parallel.tp=3"])
+    with pytest.raises(UserError, match=r"tensor-parallel degree 3 does not divide heads=4"):
+        validate_job(cfg, world_size=3)
+
+
+def test_mesh_must_cover_the_world(write_job):
+    cfg = load_job(write_job(), ["parallel.dp=2", "parallel.tp=2"])
+    with pytest.raises(UserError, match=r"= 4 ranks, but the job has 2"):
+        validate_job(cfg, world_size=2)
+
+
+def test_stage_without_data_is_rejected(tmp_path):
+    cfg = JobConfig(run_dir=tmp_path / "r", stages=[StageConfig(name="a")])
+    with pytest.raises(UserError, match=r"stage 'a' has no data"):
+        validate_job(cfg)
+
+
+def test_missing_shard_path_is_named(write_job, tmp_path):
+    cfg = load_job(write_job(), [f"stages.0.data=['{tmp_path}/nope/*.parquet']"])
+    with pytest.raises(UserError, match=r"match no Parquet files"):
+        validate_job(cfg)
+
+
+def test_float8_without_a_capable_gpu_is_rejected_not_ignored(write_job):
+    cfg = load_job(write_job(), ["stages.0.float8=tensorwise"])
+    with pytest.raises(UserError, match=r"float8='tensorwise' needs an NVIDIA GPU"):
+        validate_job(cfg)
+
+
+def test_batch_must_split_over_dp(write_job):
+    cfg = load_job(write_job(), ["stages.0.batch_size=9"])
+    with pytest.raises(UserError, match=r"batch_size=9 is not divisible by the 2"):
+        validate_job(cfg, world_size=2)
+
+
+def test_bad_caption_format_is_rejected(write_job):
+    with pytest.raises(ConfigError, match=r"caption format 'poem'"):
+        load_job(write_job(), ["stages.0.caption_weights={poem = 1.0}"])
+
+
+def test_cli_config_error_is_one_line_and_does_no_work(write_job, tmp_path):
+    job = write_job(run_dir=tmp_path / "never")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "krea2.trainer",
+            "--config",
+            str(job),
+            "--set",
+            "optimizer.name=lion",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "lion" in lines[0]
+    assert not (tmp_path / "never").exists()
+
+
+def test_stage_override_out_of_range_is_named(write_job):
+    with pytest.raises(ConfigError, match=r"stage index 3 is out of range; the job has 1"):
+        load_job(write_job(), ["stages.3.steps=5"])
+
+
+def test_stage_override_sets_the_field(write_job):
+    cfg = load_job(write_job(), ["stages.0.steps=7", "stages.0.schedule.warmup_steps=1"])
+    assert cfg.stages[0].steps == 7 and cfg.stages[0].schedule.warmup_steps == 1
