@@ -19,10 +19,25 @@ def _real_photo_paths() -> list[Path]:
 
     sk = Path(skimage.__file__).parent / "data"
     names = [
-        "astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "hubble_deep_field.jpg",
-        "retina.jpg", "ihc.png", "motorcycle_left.png", "camera.png", "coins.png", "moon.png",
-        "page.png", "brick.png", "grass.png", "gravel.png", "text.png", "logo.png", "color.png",
-    ]  # fmt: skip
+        "astronaut.png",
+        "chelsea.png",
+        "coffee.png",
+        "rocket.jpg",
+        "hubble_deep_field.jpg",
+        "retina.jpg",
+        "ihc.png",
+        "motorcycle_left.png",
+        "camera.png",
+        "coins.png",
+        "moon.png",
+        "page.png",
+        "brick.png",
+        "grass.png",
+        "gravel.png",
+        "text.png",
+        "logo.png",
+        "color.png",
+    ]
     paths = [sk / n for n in names]
     paths += sorted((Path(sklearn.__file__).parent / "datasets" / "images").glob("*.jpg"))
     mpl = Path(matplotlib.get_data_path()) / "sample_data"

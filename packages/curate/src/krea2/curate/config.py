@@ -16,7 +16,7 @@ class StageThresholds:
     min_side: int = 256  # px, shorter side of the original
     max_aspect: float = 3.0  # longer / shorter side (DataComp's basic filter uses 3)
     reject_animated: bool = True
-    max_laplacian_var: float = 5000.0  # grey levels², cv2.Laplacian 3×3
+    max_laplacian_var: float = 5000.0  # grey levels², median tile variance of the Laplacian
     min_entropy: float = 0.05  # bits, mean of the three channel histograms
     max_white_ratio: float = 0.99  # share of pixels with every channel ≥ 250
     max_black_ratio: float = 0.99  # share of pixels with every channel ≤ 5
@@ -49,10 +49,11 @@ class DecodeConfig:
 
 @dataclass(frozen=True)
 class DedupConfig:
-    """Near-duplicate thresholds: a pair is a duplicate when both distances are within."""
+    """Near-duplicate thresholds: a pair is a duplicate when all three distances are within."""
 
     phash12_max_distance: int = 20  # of 144 bits
     colorhash_max_distance: int = 6  # of 42 bits
+    phash8_max_distance: int = 10  # of 64 bits
     bands: int = 8  # multi-index hashing: the phash is cut into this many bands
 
 
@@ -65,6 +66,14 @@ class OcrConfig:
 
 
 @dataclass(frozen=True)
+class ConceptConfig:
+    """Over-represented concepts: a concept may tag at most ``max_share`` of the pool."""
+
+    max_share: float = 0.15
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class CurateConfig:
     """Everything ``krea2 curate`` reads; ``stage`` picks the thresholds in ``stages``."""
 
@@ -73,6 +82,15 @@ class CurateConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
+    concepts: ConceptConfig = field(default_factory=ConceptConfig)
+
+    @property
+    def stage_side(self) -> int:
+        """The stage's resolution in px (stage names are their shorter side, e.g. "256")."""
+        try:
+            return int(self.stage)
+        except ValueError:
+            return self.thresholds().min_side
 
     def thresholds(self) -> StageThresholds:
         """The thresholds of the configured stage."""

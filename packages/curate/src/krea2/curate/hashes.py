@@ -91,8 +91,10 @@ def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     fractions = [black.sum() / n, (~black & grey).sum() / n]
     fractions += list(faint / coloured) + list(bright / coloured)
     values = [min(top - 1, int(f * top)) for f in fractions]
-    bits = [[(v // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0 for i in range(binbits)]
-            for v in values]  # fmt: skip
+    bits = [
+        [(v // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0 for i in range(binbits)]
+        for v in values
+    ]
     return np.asarray(bits, dtype=bool)
 
 

@@ -89,14 +89,21 @@ class OcrEngine:
         )
 
     def read(self, pixels: np.ndarray) -> OcrResult:
-        """OCR (h, w, 3) uint8 RGB. Lines without a letter or digit (a square read as "■")
-        and lines under ``min_score`` are dropped."""
+        """OCR (h, w, 3) uint8 RGB.
+
+        Dropped: lines under ``min_score``; lines with fewer than 2 letters or digits (the
+        detector reads a circle as "O", a square as "■", and sometimes a whole flat frame as
+        one letter); lines taller than a third of the image (the same whole-frame misreads).
+        """
         out = self._engine(np.ascontiguousarray(pixels[:, :, ::-1]))  # rapidocr expects BGR
         lines: list[TextLine] = []
+        tallest = min(pixels.shape[:2]) / 3
         if out.boxes is not None and out.txts:
             for box, text, score in zip(out.boxes, out.txts, out.scores, strict=True):
-                if score >= self.min_score and any(ch.isalnum() for ch in text):
-                    lines.append(TextLine(text, float(score), np.asarray(box, np.float32)))
+                line = TextLine(text, float(score), np.asarray(box, np.float32))
+                alnum = sum(ch.isalnum() for ch in text)
+                if score >= self.min_score and alnum >= 2 and line.height <= tallest:
+                    lines.append(line)
         return OcrResult(tuple(lines), pixels.shape[1], pixels.shape[0])
 
 

@@ -9,7 +9,7 @@ from krea2.curate.filters.base import FilterResult, at_most
 
 UNIFORM = 6.0  # max per-channel std of a band, grey levels
 STEP = 24.0  # min colour difference between the band and the line after it
-SHARP_SHARE = 0.9  # share of that line's pixels that must differ by STEP
+SHARP_SHARE = 0.7  # share of the next line that must differ (a frame's sides cover the rest)
 
 
 def _band_width(lines: np.ndarray) -> int:
@@ -20,13 +20,18 @@ def _band_width(lines: np.ndarray) -> int:
         return 0
     colour = first.mean(axis=0)
     limit = len(lines) // 2
-    for k in range(1, limit):
+    k = 1
+    while k < limit:
         line = lines[k]
-        diff = np.abs(line - colour).max(axis=1)
-        if (diff > STEP).mean() >= SHARP_SHARE:
-            return k
         if np.abs(line.mean(axis=0) - colour).max() > UNIFORM or line.std(axis=0).max() > UNIFORM:
-            return 0  # the band faded into content: no hard edge
+            break
+        k += 1
+    if k >= limit:
+        return 0
+    # The band ends at k; the resize may blend one line, so the hard edge is at k or k + 1.
+    for line in lines[k : k + 2]:
+        if (np.abs(line - colour).max(axis=1) > STEP).mean() >= SHARP_SHARE:
+            return k
     return 0
 
 

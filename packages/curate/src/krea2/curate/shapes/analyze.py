@@ -115,6 +115,15 @@ def analyze(pixels: np.ndarray, max_distance: float = COLOR_DISTANCE) -> list[De
             # The bounding-box centre, not the centroid, decides the cell: a triangle's
             # centroid sits low in its box.
             cell = cell_of(x + bw / 2, y + bh / 2, w, h)
-            found.append(DetectedObject(names[k], max(scores, key=scores.__getitem__), cell,
-                                        area, (x, y, bw, bh), (cx, cy), scores))  # fmt: skip
+            found.append(
+                DetectedObject(
+                    names[k],
+                    max(scores, key=scores.__getitem__),
+                    cell,
+                    area,
+                    (x, y, bw, bh),
+                    (cx, cy),
+                    scores,
+                )
+            )
     return sorted(found, key=lambda o: -o.area)

@@ -53,13 +53,17 @@ def long_caption(scene: Scene) -> str:
     kind, the background and the word."""
     objs = _reading_order(scene)
     n = len(objs)
-    parts = [f"The image shows {NUMBER_WORDS[n]} {plural('shape', n)} on "
-             f"{background_phrase(scene.background)}."]  # fmt: skip
+    parts = [
+        f"The image shows {NUMBER_WORDS[n]} {plural('shape', n)} on "
+        f"{background_phrase(scene.background)}."
+    ]
     parts += [f"{where(o.cell).capitalize()} there is {_object(o, True)}." for o in objs]
     kinds = Counter((o.color, o.shape) for o in objs)
     if any(c > 1 for c in kinds.values()):
-        counted = [f"{NUMBER_WORDS[c]} {color} {plural(shape, c)}"
-                   for (color, shape), c in sorted(kinds.items())]  # fmt: skip
+        counted = [
+            f"{NUMBER_WORDS[c]} {color} {plural(shape, c)}"
+            for (color, shape), c in sorted(kinds.items())
+        ]
         parts.append(f"In total there are {_join(counted)}.")
     if scene.word is not None:
         parts.append(f'The word "{scene.word.text}" is written in white {where(scene.word.cell)}.')

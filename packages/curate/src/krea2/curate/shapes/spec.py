@@ -129,10 +129,15 @@ class Scene:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Scene:
         objects = tuple(
-            ShapeObject(o["shape"], o["color"], int(o["cell"]), o.get("size", "large"),
-                        tuple(o.get("jitter", (0.0, 0.0))))  # type: ignore[arg-type]
+            ShapeObject(
+                o["shape"],
+                o["color"],
+                int(o["cell"]),
+                o.get("size", "large"),
+                tuple(o.get("jitter", (0.0, 0.0))),
+            )  # type: ignore[arg-type]
             for o in d["objects"]
-        )  # fmt: skip
+        )
         background = Background(**d.get("background", {}))
         word = Word(**d["word"]) if d.get("word") else None
         return cls(objects, background, word)

@@ -141,8 +141,14 @@ def parse_prompt(prompt: str) -> list[Requirement]:
                 reqs.append(Requirement("count", color, shape, count=n))
         if len(objects) == 1 and len(cells) == 1:
             o = objects[0]
-            reqs.append(Requirement("position", o.group("color"), o.group("shape"),
-                                    _CELL_NAMES[cells[0].group("cell")]))  # fmt: skip
+            reqs.append(
+                Requirement(
+                    "position",
+                    o.group("color"),
+                    o.group("shape"),
+                    _CELL_NAMES[cells[0].group("cell")],
+                )
+            )
         for m in _TOTAL_RE.finditer(clause):
             reqs.append(Requirement("total", count=_number(m.group("n"), True)))
     return _unique(reqs)

@@ -1,0 +1,87 @@
+"""Per-image analysis: the one decode, then every cheap filter and hash, as one flat record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from krea2.curate.config import CurateConfig
+from krea2.curate.decode import DecodeError, DecodeLimits, decode
+from krea2.curate.filters import CHEAP_FILTERS, FilterResult, run_cheap_filters
+from krea2.curate.hashes import image_hashes, md5
+
+
+def decode_limits(cfg: CurateConfig, analysis_size: int | None = None) -> DecodeLimits:
+    d = cfg.decode
+    return DecodeLimits(
+        max_bytes=d.max_bytes,
+        max_pixels=d.max_pixels,
+        max_seconds=d.max_seconds,
+        analysis_size=analysis_size or d.analysis_size,
+    )
+
+
+@dataclass
+class ImageAnalysis:
+    """What the cheap stage knows about one image.
+
+    ``filters``: one result per cheap filter (empty when the decode failed); ``reject``:
+    the first failing filter's name (``truncated`` or ``broken`` for a failed decode)
+    or ``None``.
+    Hashes are raw bytes: phash8 8 B, phash12 18 B, colorhash 6 B.
+    """
+
+    md5: str
+    width: int | None = None
+    height: int | None = None
+    format: str | None = None
+    filters: list[FilterResult] = field(default_factory=list)
+    hashes: dict[str, bytes] = field(default_factory=dict)
+    decode_error: str | None = None
+    reason: str | None = None
+
+    @property
+    def reject(self) -> str | None:
+        if self.decode_error is not None:
+            return "truncated" if self.decode_error == "truncated" else "broken"
+        return next((f.name for f in self.filters if not f.passed), None)
+
+    def columns(self) -> dict:
+        """Flat warehouse columns: ``score_<filter>`` per filter plus the verdict."""
+        row: dict = {
+            "md5": self.md5,
+            "width": self.width,
+            "height": self.height,
+            "format": self.format,
+            "decode_error": self.decode_error,
+            "reject": self.reject,
+            "reason": self.reason,
+            "phash8": self.hashes.get("phash8"),
+            "phash12": self.hashes.get("phash12"),
+            "colorhash": self.hashes.get("colorhash"),
+        }
+        for name in CHEAP_FILTERS:
+            row[f"score_{name}"] = None
+        for f in self.filters:
+            row[f"score_{f.name}"] = f.score
+        return row
+
+
+def analyze_bytes(data: bytes, cfg: CurateConfig | None = None) -> ImageAnalysis:
+    """Decode once at reduced scale, then run the stage's cheap filters and all hashes.
+
+    Never raises for bad bytes: a failed decode is recorded with its reason.
+    """
+    cfg = cfg or CurateConfig()
+    out = ImageAnalysis(md5=md5(data))
+    try:
+        image = decode(data, decode_limits(cfg))
+    except DecodeError as e:
+        out.decode_error = e.reason
+        out.reason = str(e)
+        return out
+    out.width, out.height, out.format = image.width, image.height, image.format
+    out.filters = run_cheap_filters(image, cfg.thresholds())
+    out.hashes = image_hashes(image.pixels)
+    failed = next((f for f in out.filters if not f.passed), None)
+    out.reason = failed.reason if failed else None
+    return out

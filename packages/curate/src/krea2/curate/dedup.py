@@ -1,0 +1,129 @@
+"""Near-duplicate dedup: multi-index hashing over phash bands, connected components, one keeper.
+
+A pair is a duplicate when the md5s are equal, or when the 144-bit phash distance is at most
+``max_phash``, the 64-bit phash at most ``max_phash8`` *and* the colorhash distance at most
+``max_color`` (phash alone ignores colour and confuses flat images; the coarse 8×8 phash
+vetoes pairs whose fine structure agrees only by chance). Candidates come from a FAISS
+``IndexBinaryMultiHash``: the phash is cut into ``bands`` bands and every hash within
+``⌊max_phash / bands⌋`` flips of a query band is probed, so by pigeonhole no pair within
+``max_phash`` is missed and nothing is all-pairs. The index holds 18 bytes per image plus
+buckets, about 100M images per 4 GiB; a pool beyond one host's memory is deduplicated per
+partition of the warehouse shards and then across the partitions' keepers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+
+@dataclass(frozen=True)
+class DedupResult:
+    """For n images: ``group`` (n,) int component id; ``keep`` (n,) bool, one True per group;
+    ``kind`` (n,) str: ``""`` for keepers, else ``exact_duplicate`` or ``near_duplicate``;
+    ``pairs`` (m, 2) int64 duplicate edges i < j."""
+
+    group: np.ndarray
+    keep: np.ndarray
+    kind: np.ndarray
+    pairs: np.ndarray
+
+    def groups(self) -> list[list[int]]:
+        """Groups with more than one member, each sorted with its keeper first."""
+        out: dict[int, list[int]] = {}
+        for i, g in enumerate(self.group):
+            out.setdefault(int(g), []).append(i)
+        return [sorted(m, key=lambda i: (not self.keep[i], i)) for m in out.values() if len(m) > 1]
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    return np.unpackbits(x, axis=1).sum(axis=1)
+
+
+def near_duplicate_pairs(
+    phash: np.ndarray,
+    colorhash: np.ndarray,
+    phash8: np.ndarray,
+    max_phash: int = 20,
+    max_color: int = 6,
+    max_phash8: int = 10,
+    bands: int = 8,
+    chunk: int = 65536,
+) -> np.ndarray:
+    """Duplicate edges among n images. ``phash`` (n, 18) uint8 (12×12), ``colorhash`` (n, 6)
+    uint8, ``phash8`` (n, 8) uint8 → (m, 2) int64 pairs i < j."""
+    n, nbytes = phash.shape
+    d = nbytes * 8
+    if d % bands:
+        raise ValueError(f"{d} phash bits do not split into {bands} equal bands")
+    if n < 2:
+        return np.zeros((0, 2), np.int64)
+    index = faiss.IndexBinaryMultiHash(d, bands, d // bands)
+    index.nflip = max_phash // bands
+    index.add(np.ascontiguousarray(phash))
+    found = []
+    for start in range(0, n, chunk):
+        q = np.ascontiguousarray(phash[start : start + chunk])
+        lims, _, ids = index.range_search(q, max_phash + 1)  # faiss keeps distance < radius
+        rows = np.repeat(np.arange(start, start + len(q)), np.diff(lims).astype(np.int64))
+        keep = ids > rows  # each pair once, no self-pairs
+        found.append(np.stack([rows[keep], ids[keep]], axis=1))
+    pairs = np.concatenate(found).astype(np.int64)
+    if len(pairs):
+        a, b = pairs[:, 0], pairs[:, 1]
+        ok = (_popcount(colorhash[a] ^ colorhash[b]) <= max_color) & (
+            _popcount(phash8[a] ^ phash8[b]) <= max_phash8
+        )
+        pairs = pairs[ok]
+    return pairs
+
+
+def exact_duplicate_pairs(md5s: list[str]) -> np.ndarray:
+    """Edges from each repeated md5 to its first occurrence → (m, 2) int64."""
+    first: dict[str, int] = {}
+    pairs = []
+    for i, h in enumerate(md5s):
+        if h in first:
+            pairs.append((first[h], i))
+        else:
+            first[h] = i
+    return np.asarray(pairs, np.int64).reshape(-1, 2)
+
+
+def dedup(
+    md5s: list[str],
+    phash: np.ndarray,
+    colorhash: np.ndarray,
+    phash8: np.ndarray,
+    areas: np.ndarray,
+    max_phash: int = 20,
+    max_color: int = 6,
+    max_phash8: int = 10,
+    bands: int = 8,
+) -> DedupResult:
+    """Group exact and near duplicates into connected components and keep one per group:
+    the largest (``areas``, pixels of the original), then the earliest (lowest index, i.e.
+    ingest order)."""
+    n = len(md5s)
+    exact = exact_duplicate_pairs(md5s)
+    near = near_duplicate_pairs(phash, colorhash, phash8, max_phash, max_color, max_phash8, bands)
+    pairs = np.concatenate([exact, near]) if len(near) else exact
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    _, group = connected_components(graph, directed=False)
+    # Sort by (group, −area, index): the first of each group is its keeper.
+    order = np.lexsort((np.arange(n), -np.asarray(areas, np.int64), group))
+    keep = np.zeros(n, bool)
+    first = np.ones(n, bool)
+    first[1:] = group[order[1:]] != group[order[:-1]]
+    keep[order[first]] = True
+    keeper_of = np.empty(n, np.int64)
+    keeper_of[group[order[first]]] = order[first]
+    kind = np.full(n, "", dtype=object)
+    for i in np.nonzero(~keep)[0]:
+        same = md5s[i] == md5s[keeper_of[group[i]]]
+        kind[i] = "exact_duplicate" if same else "near_duplicate"
+    return DedupResult(group, keep, kind, pairs)

@@ -1,0 +1,108 @@
+"""The curation DAG run in one process: cheap stage → dedup → OCR → concept cap.
+
+The krablet jobs (``krea2.curate.jobs``) run the same stage functions over a warehouse;
+this in-memory form serves tests, benchmarks and small pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from krea2.curate.analysis import ImageAnalysis, analyze_bytes, decode_limits
+from krea2.curate.concepts import ConceptVerdict, rebalance
+from krea2.curate.config import CurateConfig
+from krea2.curate.decode import decode
+from krea2.curate.dedup import DedupResult, dedup
+from krea2.curate.filters.base import FilterResult
+from krea2.curate.ocr import OcrEngine, OcrResult, text_filters
+from krea2.curate.tagging import Tagger
+
+
+@dataclass
+class Verdict:
+    """Everything the DAG decided about one image; ``reason`` is the final reject reason
+    (None = kept), in stage order."""
+
+    key: str
+    analysis: ImageAnalysis
+    duplicate: str = ""  # "", "exact_duplicate" or "near_duplicate"
+    ocr: OcrResult | None = None
+    text: list[FilterResult] | None = None
+    concept: ConceptVerdict | None = None
+
+    @property
+    def reason(self) -> str | None:
+        if self.analysis.reject:
+            return self.analysis.reject
+        if self.duplicate:
+            return self.duplicate
+        failed = next((f.name for f in self.text or () if not f.passed), None)
+        if failed:
+            return failed
+        if self.concept is not None and not self.concept.keep:
+            return "overrepresented"
+        return None
+
+
+def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> DedupResult:
+    """Dedup decoded images (in ingest order) by md5, phash12 and colorhash."""
+    md5s = [a.md5 for a in analyses]
+    phash = np.stack([np.frombuffer(a.hashes["phash12"], np.uint8) for a in analyses])
+    color = np.stack([np.frombuffer(a.hashes["colorhash"], np.uint8) for a in analyses])
+    phash8 = np.stack([np.frombuffer(a.hashes["phash8"], np.uint8) for a in analyses])
+    areas = np.asarray([(a.width or 0) * (a.height or 0) for a in analyses], np.int64)
+    d = cfg.dedup
+    return dedup(
+        md5s,
+        phash,
+        color,
+        phash8,
+        areas,
+        d.phash12_max_distance,
+        d.colorhash_max_distance,
+        d.phash8_max_distance,
+        d.bands,
+    )
+
+
+def ocr_image(data: bytes, cfg: CurateConfig, engine: OcrEngine) -> tuple[OcrResult, list]:
+    """The OCR job's work on one image: its own decode at ``ocr.decode_size``, then text
+    filters at the stage's resolution."""
+    pixels = decode(data, decode_limits(cfg, cfg.ocr.decode_size)).pixels
+    result = engine.read(pixels)
+    return result, text_filters(result, cfg.thresholds(), cfg.stage_side)
+
+
+def curate_in_memory(
+    keys: Sequence[str],
+    datas: Sequence[bytes],
+    cfg: CurateConfig | None = None,
+    ocr: OcrEngine | None = None,
+    tagger: Tagger | None = None,
+) -> list[Verdict]:
+    """Run the DAG over images given in ingest order. OCR runs only on dedup keepers that
+    passed the cheap filters, tagging only on images that also passed OCR; either stage is
+    skipped when its engine is None."""
+    cfg = cfg or CurateConfig()
+    verdicts = [Verdict(k, analyze_bytes(d, cfg)) for k, d in zip(keys, datas, strict=True)]
+    alive = [i for i, v in enumerate(verdicts) if v.reason is None]
+    if alive:
+        result = dedup_analyses([verdicts[i].analysis for i in alive], cfg)
+        for j, i in enumerate(alive):
+            verdicts[i].duplicate = str(result.kind[j])
+    if ocr is not None:
+        for i, v in enumerate(verdicts):
+            if v.reason is None:
+                v.ocr, v.text = ocr_image(datas[i], cfg, ocr)
+    if tagger is not None:
+        alive = [i for i, v in enumerate(verdicts) if v.reason is None]
+        tags = [tagger(decode(datas[i], decode_limits(cfg)).pixels) for i in alive]
+        c = cfg.concepts
+        for i, cv in zip(
+            alive, rebalance([keys[i] for i in alive], tags, c.max_share, c.seed), strict=True
+        ):
+            verdicts[i].concept = cv
+    return verdicts
