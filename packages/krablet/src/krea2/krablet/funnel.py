@@ -98,9 +98,12 @@ class _ShardWriter(threading.Thread):
         self.conn: psycopg.Connection | None = None
         self.batches = 0
         self.rows_written = 0
+        self.buffered = 0
 
     def add(self, table: str, op: str, rows: Iterable[dict[str, Any]], key: str) -> None:
         with self.cond:
+            while self.buffered >= self.funnel.max_buffered and not self.stopping:
+                self.cond.wait(0.5)  # backpressure: the shard is slower than the callers
             for row in rows:
                 cols = tuple(sorted(c for c in row if c != key))
                 last = self.groups[-1] if self.groups else None
@@ -108,6 +111,8 @@ class _ShardWriter(threading.Thread):
                     last = _Group(table, op, cols)
                     self.groups.append(last)
                 self.seq += 1
+                if row[key] not in last.rows:
+                    self.buffered += 1
                 last.rows[row[key]] = row
                 last.seq = self.seq
             self.cond.notify_all()
@@ -146,6 +151,8 @@ class _ShardWriter(threading.Thread):
                     group.table, group.op, group.columns, {k: group.rows.pop(k) for k in keys}
                 )
                 taken.append((part, 0))  # the rest of the group is still buffered
+            self.buffered -= sum(len(g.rows) for g, _ in taken)
+            self.cond.notify_all()
             return taken
 
     def run(self) -> None:
@@ -216,6 +223,12 @@ class Funnel:
 
     ``upsert`` inserts rows or updates the given columns of existing ones; ``patch`` updates the
     given columns of existing rows only. Each row is a mapping holding the table's key.
+
+    ``max_batch``: rows per statement; ``statements_per_commit``: statements per transaction;
+    ``writers_per_shard``: connections per shard, each owning a hash slice of the keys;
+    ``max_buffered``: rows a writer may hold before callers block (backpressure);
+    ``linger_s``: how long a writer waits for a small batch to grow; ``durable=False``:
+    ``synchronous_commit=off`` (a crash may lose the last few hundred ms of acknowledged writes).
     """
 
     def __init__(
@@ -225,8 +238,9 @@ class Funnel:
         max_batch: int = 1000,
         linger_s: float = 0.0,
         give_up_on_close: bool = False,
-        writers_per_shard: int = 1,
+        writers_per_shard: int = 4,
         statements_per_commit: int = 8,
+        max_buffered: int = 100_000,
     ) -> None:
         self.wh = wh
         self.durable = durable
@@ -238,6 +252,7 @@ class Funnel:
             raise UserError(f"writers_per_shard must be at least 1, got {writers_per_shard}")
         self.lanes = writers_per_shard
         self.statements_per_commit = max(1, statements_per_commit)
+        self.max_buffered = max(max_batch, max_buffered)  # rows per writer before callers block
         self._writers = [
             _ShardWriter(self, i, lane)
             for i in range(len(wh.cluster))
