@@ -118,3 +118,29 @@ def apply_fsdp(
     for unit in modules:
         fully_shard(unit, mesh=dp_mesh, mp_policy=mp)
     fully_shard(root, mesh=dp_mesh, mp_policy=mp)
+
+
+def tp_partial_params(module: nn.Module) -> list[nn.Parameter]:
+    """Replicated parameters used inside the TP-sharded region, whose gradients are partial
+    sums over each rank's heads: the QK-norm scales (they act per head, after the colwise
+    q/k projections). Their gradients must be summed over the TP group after backward."""
+    return [p for n, p in module.named_parameters() if ".qknorm." in n and p.requires_grad]
+
+
+def sum_tp_partial_grads(params: list[nn.Parameter], tp_mesh: DeviceMesh) -> None:
+    """All-reduce (sum) the gradients of ``params`` over the TP group, in place (the local
+    shard under FSDP: summing is linear, so it commutes with FSDP's reduce-scatter)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    group = tp_mesh.get_group()
+    grads = [p.grad for p in params if p.grad is not None]
+    locals_ = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+    if not locals_:
+        return
+    flat = torch.cat([t.reshape(-1) for t in locals_])
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for t in locals_:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()

@@ -41,6 +41,7 @@ from krea2.trainer.objective import (
 )
 from krea2.trainer.observe import MetricsLog, mfu
 from krea2.trainer.optim import build_optimizers, clip_grad_norm, set_lr
+from krea2.trainer.parallelize import sum_tp_partial_grads, tp_partial_params
 from krea2.trainer.schedule import wsd_factor
 from krea2.trainer.stability import SpikeDetector
 from krea2.trainer.validate import resolve_files
@@ -177,6 +178,7 @@ class Trainer:
         trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         optimizers = build_optimizers(trainable, cfg.optimizer, lr)
         params = [p for _, p in trainable]
+        self._tp_partial = tp_partial_params(module) if env.tp > 1 else []
         mgr = CheckpointManager(
             self.checkpoint_root(stage), cfg.checkpoint.keep_last, cfg.checkpoint.keep_every
         )
@@ -340,6 +342,8 @@ class Trainer:
         if irepa_loss is not None:
             loss = loss + stage.irepa.weight * irepa_loss
         loss.backward()
+        if env.tp > 1:
+            sum_tp_partial_grads(self._tp_partial, env.mesh["tp"])
         grad_norm = clip_grad_norm(params, cfg.optimizer.grad_clip)
         stats = time_bucket_sums(terms.per_sample, terms.t, weight)
         flow_sum = torch.stack([(terms.per_sample.detach() * weight).sum().double()])

@@ -1,0 +1,71 @@
+"""The single-process loop: it learns, logs, saves its run info, chains stages, refuses reruns."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from krea2.infra.errors import UserError
+from krea2.trainer.cli import run_job
+from krea2.trainer.observe import read_metrics
+
+SAMPLES = """
+[observe]
+sample_prompts = ["a red square in the center", "a blue disc in the top left"]
+sample_seeds = [0, 1]
+sample_steps = 4
+peak_tflops = 0.2
+"""
+
+
+def test_toy_run_lowers_loss_and_writes_metrics_samples_and_run_info(write_job, tmp_path):
+    job = write_job("run", steps=24, extra=SAMPLES)
+    run_job(job, [], resume=False)
+    run = tmp_path / "run"
+    rows = read_metrics(run / "metrics.jsonl")
+    train = [r for r in rows if r["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(24))
+    first, last = train[0], train[-1]
+    assert sum(r["loss"] for r in train[-4:]) / 4 < 0.7 * first["loss"]
+    for key in ("grad_norm", "lr", "samples_per_second", "tokens_per_second", "mfu", "step_time"):
+        assert last[key] is not None and last[key] > 0
+    assert any(r[f"loss_t{b}"] is not None for r in train for b in range(4))
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert evals and evals[-1]["eval_loss"] < first["loss"]
+    grid = run / "samples" / "pretrain-000023.png"
+    assert grid.exists()
+    assert json.loads(grid.with_suffix(".json").read_text())["prompts"][1].startswith("a blue")
+    info = json.loads((run / "run.json").read_text())
+    assert "git_commit" in info["code"] and info["environment"]["world_size"] == 1
+    assert "[[stages]]" in (run / "config.toml").read_text()
+
+
+def test_existing_run_is_not_overwritten_without_resume(write_job):
+    job = write_job("again", steps=3)
+    run_job(job, [], resume=False)
+    with pytest.raises(UserError, match="pass --resume"):
+        run_job(job, [], resume=False)
+
+
+def test_a_recipe_chains_stages_from_the_previous_weights(write_job, tmp_path, shards):
+    two = f"""
+[[stages]]
+name = "second"
+data = ["{shards["train"]}"]
+steps = 3
+batch_size = 8
+lr = 1e-4
+[stages.schedule]
+warmup_steps = 0
+"""
+    job = write_job("chain", steps=16, extra="")
+    job.write_text(job.read_text() + two)
+    run_job(job, [], resume=False)
+    rows = [r for r in read_metrics(tmp_path / "chain" / "metrics.jsonl") if r["kind"] == "train"]
+    first = [r["loss"] for r in rows if r["stage"] == "pretrain"]
+    second = [r["loss"] for r in rows if r["stage"] == "second"]
+    assert len(second) == 3
+    # Started from the trained weights: far below the first stage's random-init loss.
+    assert max(second) < 0.8 * first[0]
+    assert (tmp_path / "chain" / "checkpoints" / "second.done").exists()

@@ -1,0 +1,132 @@
+"""Kill-and-resume gives the uninterrupted loss sequence (1 and 2 ranks), and FSDP / FSDP+TP
+on 2 gloo ranks match one process (losses, gradient norms and final weights)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from trainer_test_helpers import job_toml, ranks, single, torchrun
+
+from krea2.trainer.cli import run_job
+from krea2.trainer.merge import average
+from krea2.trainer.observe import read_metrics
+
+STEPS = 10
+
+
+def _train_rows(run: Path) -> list[dict]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
+
+
+def _finish(proc, what: str, timeout: float = 300) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"{what} failed:\n{out[-3000:]}"
+    return out
+
+
+def _kill_at(proc, run: Path, step: int, timeout: float = 300) -> None:
+    """SIGKILL the whole job (all ranks) as soon as ``step`` is logged."""
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if metrics.exists() and any(r["step"] >= step for r in _train_rows(run)):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return
+        assert proc.poll() is None, (
+            f"job ended before step {step}:\n{proc.communicate()[0][-3000:]}"
+        )
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} never came")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, shards):
+    root = tmp_path_factory.mktemp("runs")
+
+    def job(name: str, extra: str = "") -> Path:
+        path = root / f"{name}.toml"
+        path.write_text(job_toml(root / name, shards, STEPS, extra))
+        return path
+
+    return root, job
+
+
+@pytest.fixture(scope="module")
+def reference(runs):
+    root, job = runs
+    run_job(job("single"), [], resume=False)
+    return _train_rows(root / "single")
+
+
+@pytest.fixture(scope="module")
+def fsdp_reference(runs):
+    root, job = runs
+    _finish(torchrun(2, job("fsdp")), "2-rank FSDP run")
+    return _train_rows(root / "fsdp")
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    last = sorted((run / "checkpoints" / "pretrain").glob("step-*"))[-1]
+    return average([last])
+
+
+def _assert_close_runs(a: list[dict], b: list[dict], tol: float) -> None:
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(STEPS))
+    for ra, rb in zip(a, b, strict=True):
+        assert abs(ra["loss"] - rb["loss"]) <= tol * abs(rb["loss"]), (
+            ra["step"],
+            ra["loss"],
+            rb["loss"],
+        )
+        assert abs(ra["grad_norm"] - rb["grad_norm"]) <= tol * rb["grad_norm"]
+
+
+def test_kill_and_resume_one_rank_repeats_the_loss_sequence(runs, reference):
+    root, job = runs
+    cfg = job("killed1")
+    kill = random.Random(os.getpid()).randint(4, STEPS - 3)
+    _kill_at(single(cfg), root / "killed1", kill)
+    out = _finish(single(cfg, "--resume"), "resume")
+    assert "resumed stage pretrain at step" in out
+    resumed = _train_rows(root / "killed1")
+    assert [(r["step"], r["loss"], r["grad_norm"]) for r in resumed] == [
+        (r["step"], r["loss"], r["grad_norm"]) for r in reference
+    ], f"killed at step {kill}"
+
+
+def test_fsdp_on_two_ranks_matches_one_process(runs, reference, fsdp_reference):
+    root, _ = runs
+    _assert_close_runs(fsdp_reference, reference, 1e-4)
+    ref_w, fsdp_w = _final_weights(root / "single"), _final_weights(root / "fsdp")
+    worst = max(float((ref_w[k] - fsdp_w[k]).abs().max()) for k in ref_w)
+    assert worst < 1e-4
+
+
+def test_kill_and_resume_two_ranks_repeats_the_loss_sequence(runs, fsdp_reference):
+    root, job = runs
+    cfg = job("killed2")
+    kill = random.Random(os.getpid() + 1).randint(4, STEPS - 3)
+    _kill_at(ranks(2, cfg), root / "killed2", kill)
+    out = _finish(ranks(2, cfg, "--resume"), "2-rank resume")
+    assert "resumed stage pretrain at step" in out
+    resumed = _train_rows(root / "killed2")
+    assert [(r["step"], r["loss"], r["grad_norm"]) for r in resumed] == [
+        (r["step"], r["loss"], r["grad_norm"]) for r in fsdp_reference
+    ], f"killed at step {kill}"
+
+
+def test_fsdp_plus_tp_on_two_ranks_matches_one_process(runs, reference):
+    root, job = runs
+    cfg = job("tp")
+    cfg.write_text(cfg.read_text().replace("[parallel]\n", "[parallel]\ntp = 2\n"))
+    _finish(ranks(2, cfg), "2-rank FSDP+TP run")
+    _assert_close_runs(_train_rows(root / "tp"), reference, 1e-4)
+    ref_w, tp_w = _final_weights(root / "single"), _final_weights(root / "tp")
+    assert max(float((ref_w[k] - tp_w[k]).abs().max()) for k in ref_w) < 1e-4

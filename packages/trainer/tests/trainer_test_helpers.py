@@ -1,0 +1,80 @@
+"""Helpers shared by the trainer tests: a tiny job config and launchers for real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def job_toml(run_dir: Path, shards: dict[str, Path], steps: int = 10, extra: str = "") -> str:
+    """A tiny deterministic job (toy DiT narrowed to 2 blocks, batch 8, 1 thread)."""
+    return f"""
+run_dir = "{run_dir}"
+seed = 0
+[model]
+name = "toy"
+[model.overrides]
+depth = 2
+width = 64
+mlp_hidden = 128
+time_dim = 64
+text_dim = 32
+text_mlp_hidden = 64
+[text]
+max_tokens = 16
+[parallel]
+threads = 1
+deterministic = true
+[data]
+workers = 0
+[checkpoint]
+every = 3
+keep_last = 10
+[stability]
+warmup_steps = 1000
+{extra}
+[[stages]]
+name = "pretrain"
+data = ["{shards["train"]}"]
+eval_data = ["{shards["eval"]}"]
+steps = {steps}
+batch_size = 8
+[stages.schedule]
+warmup_steps = 2
+"""
+
+
+def torchrun(nproc: int, config: Path, *args: str, timeout: float = 300) -> subprocess.Popen:
+    """Start ``python -m krea2.trainer`` under torchrun (gloo on CPU)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "krea2.trainer",
+        "--config",
+        str(config),
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def single(config: Path, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "krea2.trainer", "--config", str(config), *args]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def ranks(nproc: int, config: Path, *args: str) -> subprocess.Popen:
+    """Start ``nproc`` ranks directly (see launch_ranks.py); one process group for the job."""
+    launcher = Path(__file__).with_name("launch_ranks.py")
+    cmd = [sys.executable, str(launcher), str(nproc), "--config", str(config), *args]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
