@@ -66,10 +66,13 @@ class OcrResult:
 class OcrEngine:
     """A rapidocr engine (text detection limited to ``det_side`` px, no angle classifier).
 
-    Creating one costs about 1–2 s; share one per process. Needs the ``ocr`` extra.
+    Creating one costs about 1–2 s; share one per process. One inference thread by default:
+    workers scale by processes, and on a busy host extra threads only contend (measured
+    0.09 s/image with 1 thread vs 0.21 s with 2 on a loaded 2-core machine). Needs the
+    ``ocr`` extra.
     """
 
-    def __init__(self, det_side: int = 480, min_score: float = 0.5) -> None:
+    def __init__(self, det_side: int = 320, min_score: float = 0.5, threads: int = 1) -> None:
         try:
             from rapidocr import RapidOCR
         except ImportError:
@@ -85,6 +88,8 @@ class OcrEngine:
                 "Global.use_cls": False,
                 "Det.limit_type": "max",
                 "Det.limit_side_len": det_side,
+                "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+                "EngineConfig.onnxruntime.inter_op_num_threads": threads,
             }
         )
 

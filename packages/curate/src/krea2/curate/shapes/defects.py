@@ -225,43 +225,51 @@ def make_pool(
     defects: list[PoolItem] = []
 
     def add(label: str, data: bytes, ext: str, **kw: object) -> None:
-        if label not in classes:
-            return
         defects.append(PoolItem(f"{label}-{len(defects):05d}", data, ext, label, **kw))  # type: ignore[arg-type]
 
     def scene_px(w_h: tuple[int, int]) -> tuple[Scene, np.ndarray]:
         scene = _clean_scene(rng, seen)
         return scene, render(scene, *w_h)
 
+    want = set(classes)
     for _ in range(n_per_defect):
-        add("broken", *_broken(rng))
-        scene, px = scene_px(_size(rng, min_side, max_side))
-        full = encode(px, str(rng.choice(["jpg", "png"])))
-        cut = int(len(full) * rng.uniform(0.3, 0.7))
-        add("truncated", full[:cut], "jpg" if full[:2] == b"\xff\xd8" else "png", scene=scene)
-        scene, px = scene_px(_size(rng, 48, 160))
-        add("tiny", encode(px, "png"), "png", scene=scene)
-        short = int(rng.integers(min_side, max_side))
-        long = int(short * rng.uniform(4.0, 6.0))
-        scene, px = scene_px((long, short) if rng.random() < 0.5 else (short, long))
-        add("extreme_aspect", encode(px, "jpg"), "jpg", scene=scene)
-        w, h = _size(rng, min_side, max_side)
-        flat = np.empty((h, w, 3), np.uint8)
-        flat[:] = rng.integers(0, 256, 3)
-        add("flat", encode(flat, str(rng.choice(["jpg", "png"]))), "png")
-        w, h = _size(rng, min_side, max_side)
-        noise = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-        if rng.random() < 0.5:  # grey salt-and-pepper-like noise
-            noise[:] = noise[:, :, :1]
-        add("noise", encode(noise, "png"), "png")
-        scene, px = scene_px(_size(rng, min_side, max_side))
-        add("border", encode(_border(px, rng), "png"), "png", scene=scene)
-        scene, px = scene_px(_size(rng, min_side, max_side))
-        add("text_dense", encode(_text_dense(px, rng), "png"), "png", scene=scene)
+        if "broken" in want:
+            add("broken", *_broken(rng))
+        if "truncated" in want:
+            scene, px = scene_px(_size(rng, min_side, max_side))
+            full = encode(px, str(rng.choice(["jpg", "png"])))
+            cut = int(len(full) * rng.uniform(0.3, 0.7))
+            ext = "jpg" if full[:2] == b"\xff\xd8" else "png"
+            add("truncated", full[:cut], ext, scene=scene)
+        if "tiny" in want:
+            scene, px = scene_px(_size(rng, 48, 160))
+            add("tiny", encode(px, "png"), "png", scene=scene)
+        if "extreme_aspect" in want:
+            short = int(rng.integers(min_side, max_side))
+            long = int(short * rng.uniform(4.0, 6.0))
+            scene, px = scene_px((long, short) if rng.random() < 0.5 else (short, long))
+            add("extreme_aspect", encode(px, "jpg"), "jpg", scene=scene)
+        if "flat" in want:
+            w, h = _size(rng, min_side, max_side)
+            flat = np.empty((h, w, 3), np.uint8)
+            flat[:] = rng.integers(0, 256, 3)
+            add("flat", encode(flat, str(rng.choice(["jpg", "png"]))), "png")
+        if "noise" in want:
+            w, h = _size(rng, min_side, max_side)
+            noise = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            if rng.random() < 0.5:  # grey noise
+                noise[:] = noise[:, :, :1]
+            add("noise", encode(noise, "png"), "png")
+        if "border" in want:
+            scene, px = scene_px(_size(rng, min_side, max_side))
+            add("border", encode(_border(px, rng), "png"), "png", scene=scene)
+        if "text_dense" in want:
+            scene, px = scene_px(_size(rng, min_side, max_side))
+            add("text_dense", encode(_text_dense(px, rng), "png"), "png", scene=scene)
     sources = rng.choice(len(clean), size=2 * n_per_defect, replace=False)
-    for i in sources[:n_per_defect]:
+    for i in sources[:n_per_defect] if "exact_duplicate" in classes else ():
         add("exact_duplicate", clean[i].data, clean[i].ext, source=clean[i].key)
-    for j, i in enumerate(sources[n_per_defect:]):
+    for j, i in enumerate(sources[n_per_defect:] if "near_duplicate" in classes else ()):
         edit = NEAR_DUPLICATE_EDITS[j % len(NEAR_DUPLICATE_EDITS)]
         data, ext = _near_duplicate(clean_pixels[i], edit, rng)
         add("near_duplicate", data, ext, source=clean[i].key, edit=edit, scene=clean[i].scene)
