@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from krea2.dit.model import Krea2DiT
@@ -18,7 +20,7 @@ def test_wsd_warms_up_holds_and_decays_without_reaching_zero():
     f = [wsd_factor(s, 100, cfg) for s in range(100)]
     assert f[0] == 0.1 and f[9] == 1.0
     assert all(x == 1.0 for x in f[10:80])
-    assert all(a > b for a, b in zip(f[80:], f[81:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(f[80:]))
     assert 0 < f[-1] < 0.06
     assert in_stable_phase(50, 100, cfg) and not in_stable_phase(85, 100, cfg)
 

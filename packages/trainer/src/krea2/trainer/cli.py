@@ -105,7 +105,8 @@ def merge(
     """Merge domain checkpoints (uniform or weighted) into one.
 
     Example: krea2 train merge runs/a/checkpoints/sft/step-000000999
-    runs/b/checkpoints/sft/step-000000999 --weights 0.7,0.3 --config job.toml --out merged.safetensors
+    runs/b/checkpoints/sft/step-000000999 --weights 0.7,0.3 --config job.toml
+    --out merged.safetensors
     """
     from krea2.trainer.merge import merge_to_file
 

@@ -57,7 +57,7 @@ def average(
         from safetensors import safe_open
 
         with safe_open(str(first), "pt") as f:
-            meta = {DIT_PREFIX + k: None for k in f.keys()}
+            meta = {DIT_PREFIX + k: None for k in f.keys()}  # noqa: SIM118 - safe_open is not a dict
     else:
         meta = _tensor_keys(first, DIT_PREFIX)
     if not meta:

@@ -1,0 +1,114 @@
+"""Performance switches and iREPA: activation checkpointing, compile, float8, iREPA on/off."""
+
+from __future__ import annotations
+
+import torch
+
+from krea2.infra.config import load_config
+from krea2.trainer.build import build_module
+from krea2.trainer.cli import run_job
+from krea2.trainer.config import CheckpointingMode, Float8Recipe, JobConfig
+from krea2.trainer.distributed import init_distributed
+from krea2.trainer.observe import read_metrics
+
+
+def _module(job, **stage):
+    cfg = load_config(JobConfig, job)
+    for k, v in stage.items():
+        setattr(cfg.stages[0], k, v)
+    return build_module(cfg, cfg.stages[0], init_distributed(cfg))
+
+
+def _step(module, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 3, 32, 32, generator=g)
+    t = torch.rand(4, generator=g)
+    v, _ = module(x, t, ["a red disc", "a blue square", "", "green"])
+    return v.square().mean()
+
+
+def _saved_bytes(module) -> int:
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = _step(module)
+    loss.backward()
+    return total
+
+
+def _flops(module) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        _step(module).backward()
+    return counter.get_total_flops()
+
+
+def test_activation_checkpointing_trades_saved_activations_for_recompute(write_job):
+    job = write_job()
+    none, sel, full = CheckpointingMode.NONE, CheckpointingMode.SELECTIVE, CheckpointingMode.FULL
+    saved = {m: _saved_bytes(_module(job, checkpointing=m)) for m in (none, sel, full)}
+    flops = {m: _flops(_module(job, checkpointing=m)) for m in (none, sel, full)}
+    # Both modes keep only block inputs for autograd (selective keeps matmul outputs inside
+    # the checkpoint); full recomputes every block matmul in backward, selective none.
+    assert saved[full] < saved[none] / 2 and saved[sel] < saved[none] / 2
+    assert flops[full] > 1.2 * flops[none]
+    assert flops[sel] == flops[none]
+
+
+def test_checkpointing_does_not_change_gradients(write_job):
+    job = write_job()
+    grads = []
+    for mode in (CheckpointingMode.NONE, CheckpointingMode.FULL):
+        m = _module(job, checkpointing=mode)
+        _step(m).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_compiled_blocks_match_eager(write_job):
+    job = write_job()
+    eager = _step(_module(job))
+    compiled = _step(_module(job, compile=True, compile_backend="aot_eager"))
+    assert torch.allclose(eager, compiled, rtol=1e-5)
+
+
+def test_float8_emulation_converts_block_linears_and_stays_close(write_job):
+    job = write_job()
+    from torchao.float8.float8_linear import Float8Linear
+
+    m8 = _module(job, float8=Float8Recipe.TENSORWISE, float8_emulate=True)
+    converted = [n for n, mod in m8.named_modules() if isinstance(mod, Float8Linear)]
+    assert "dit.blocks.0.attn.wq" in converted
+    assert not any(n.startswith(("dit.first", "dit.last", "dit.tmlp")) for n in converted)
+    ref, loss8 = _step(_module(job)), _step(m8)
+    loss8.backward()
+    assert torch.isfinite(loss8) and abs(loss8.item() / ref.item() - 1) < 0.1
+    # Same state-dict keys as the high-precision model (fp8 stays a training-time swap).
+    assert set(m8.state_dict()) == set(_module(job).state_dict())
+
+
+def test_irepa_aligns_then_switches_off_and_is_not_exported(write_job, tmp_path):
+    extra = "[stages.irepa]\nsteps = 10\nlayer = 0\nweight = 1.0\n"
+    job = write_job("irepa", steps=14)
+    job.write_text(job.read_text() + extra)
+    run_job(job, [], resume=False)
+    rows = [r for r in read_metrics(tmp_path / "irepa" / "metrics.jsonl") if r["kind"] == "train"]
+    on = [r["irepa_loss"] for r in rows if r["step"] < 10]
+    assert len(on) == 10 and all(0 <= x <= 2 for x in on)
+    assert sum(on[-3:]) / 3 < 0.9 * on[0]  # the projected block aligns to the encoder
+    assert all("irepa_loss" not in r for r in rows if r["step"] >= 10)
+    from krea2.trainer.merge import pma_from_run
+
+    out = tmp_path / "pma.safetensors"
+    pma_from_run(tmp_path / "irepa", "pretrain", 2, 0, out)
+    from safetensors import safe_open
+
+    with safe_open(str(out), "pt") as f:
+        keys = list(f.keys())  # noqa: SIM118
+    assert keys and not any("irepa" in k or k.startswith("text.") for k in keys)
