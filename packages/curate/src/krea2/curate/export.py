@@ -1,0 +1,187 @@
+"""Training-shard export: bucket by aspect ratio, crop+resize ahead of time, shuffle, pack.
+
+Shards follow ``krea2.infra.shards`` (ARCHITECTURE.md contract 2). For a resolution stage of
+side S, the buckets are the sizes of about S² pixels at the aspect ratios ``ASPECTS`` (both
+orientations), each side a multiple of max(4, S/8): ``stage_buckets(256)`` is
+256×256, 288×224, 224×288, 320×224, 224×320, 352×192, 192×352 (16:9 and 2:1 meet).
+Each image goes to the bucket of nearest log-aspect, is centre-cropped to that aspect and
+area-resized to the bucket. Rows are globally shuffled with ``seed``, then packed in runs of
+``batch_size`` rows of one bucket, the runs shuffled again; a bucket's last incomplete run is
+dropped (counted in the stats), so every batch a reader cuts is single-bucket.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from krea2.curate.decode import DecodeLimits, decode
+from krea2.infra.errors import UserError
+
+ASPECTS: tuple[float, ...] = (1.0, 4 / 3, 3 / 2, 16 / 9, 2.0)
+
+
+def stage_buckets(side: int) -> list[tuple[int, int]]:
+    """(width, height) buckets of about side² pixels (see the module docstring)."""
+    m = max(4, side // 8)
+    out: list[tuple[int, int]] = []
+    for a in ASPECTS:
+        w = max(m, round(side * math.sqrt(a) / m) * m)
+        h = max(m, round(side / math.sqrt(a) / m) * m)
+        for b in ((w, h), (h, w)):
+            if b not in out:
+                out.append(b)
+    return out
+
+
+def nearest_bucket(width: int, height: int, buckets: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    target = math.log(width / height)
+    return min(buckets, key=lambda b: abs(math.log(b[0] / b[1]) - target))
+
+
+def centre_crop_box(width: int, height: int, bucket: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of the largest centred box with the bucket's aspect."""
+    aspect = bucket[0] / bucket[1]
+    if width / height > aspect:
+        w = round(height * aspect)
+        left = (width - w) // 2
+        return left, 0, left + w, height
+    h = round(width / aspect)
+    top = (height - h) // 2
+    return 0, top, width, top + h
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One image to export: ``captions`` maps caption format → text; ``meta`` is JSON-able."""
+
+    key: str
+    data: bytes
+    captions: dict[str, str]
+    uri: str | None = None
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class ExportStats:
+    rows: int = 0
+    files: int = 0
+    dropped_tail: int = 0
+    failed: int = 0
+    buckets: dict[str, int] = field(default_factory=dict)
+
+
+def _encode(pixels: np.ndarray, image_format: str) -> bytes:
+    buf = io.BytesIO()
+    if image_format == "png":
+        Image.fromarray(pixels).save(buf, format="PNG")
+    else:
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def prepare(sample: Sample, buckets: Sequence[tuple[int, int]], image_format: str) -> dict:
+    """Decode at full size, crop and resize to the nearest bucket → a shard row."""
+    longest = max(max(b) for b in buckets)
+    # Decode no smaller than twice the bucket's longest side, so the resize averages pixels.
+    img = decode(sample.data, DecodeLimits(analysis_size=max(2 * longest, 64)))
+    h, w = img.pixels.shape[:2]
+    bucket = nearest_bucket(w, h, buckets)
+    left, top, right, bottom = centre_crop_box(w, h, bucket)
+    crop = img.pixels[top:bottom, left:right]
+    pixels = cv2.resize(crop, bucket, interpolation=cv2.INTER_AREA)
+    s = img.width / w  # crop box in original pixels, for the uri + crop form
+    box = [round(left * s), round(top * s), round(right * s), round(bottom * s)]
+    return {
+        "key": sample.key,
+        "image": _encode(pixels, image_format),
+        "uri": sample.uri,
+        "crop": box,
+        "width": bucket[0],
+        "height": bucket[1],
+        "bucket": f"{bucket[0]}x{bucket[1]}",
+        "captions": [{"format": f, "text": t} for f, t in sample.captions.items()],
+        "meta": json.dumps(sample.meta | {"source_size": [img.width, img.height]}),
+    }
+
+
+def pack(rows: list[dict], batch_size: int, seed: int) -> tuple[list[dict], int]:
+    """Shuffle globally, group into single-bucket runs of ``batch_size``, shuffle the runs.
+    Returns (rows in write order, number of tail rows dropped)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(rows))
+    by_bucket: dict[str, list[dict]] = {}
+    for i in order:
+        by_bucket.setdefault(rows[i]["bucket"], []).append(rows[i])
+    runs: list[list[dict]] = []
+    dropped = 0
+    for bucket in sorted(by_bucket):
+        members = by_bucket[bucket]
+        full = len(members) - len(members) % batch_size
+        runs += [members[i : i + batch_size] for i in range(0, full, batch_size)]
+        dropped += len(members) - full
+    return [r for k in rng.permutation(len(runs)) for r in runs[k]], dropped
+
+
+def export_shards(
+    samples: Iterable[Sample],
+    out_dir: Path,
+    stage: str,
+    side: int,
+    seed: int = 0,
+    batch_size: int = 32,
+    rows_per_file: int = 4096,
+    image_format: str = "png",
+) -> ExportStats:
+    """Write ``out_dir/shard-NNNNN.parquet`` files for ``samples`` (deterministic for a seed).
+
+    Each file holds whole batches (``rows_per_file`` is rounded down to a multiple of
+    ``batch_size``) and records ``krea2.stage``, ``krea2.seed`` and ``krea2.batch_size``.
+    A sample that cannot be decoded is counted in ``failed`` and skipped.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from krea2.curate.decode import DecodeError
+    from krea2.infra import shards
+
+    if batch_size < 1 or rows_per_file < batch_size:
+        raise UserError(f"need 1 <= batch_size <= rows_per_file, got {batch_size}, {rows_per_file}")
+    if image_format not in ("png", "jpeg"):
+        raise UserError(f"image format {image_format!r}: use 'png' or 'jpeg'")
+    buckets = stage_buckets(side)
+    stats = ExportStats()
+    rows = []
+    for s in samples:
+        try:
+            rows.append(prepare(s, buckets, image_format))
+        except DecodeError:
+            stats.failed += 1
+    ordered, stats.dropped_tail = pack(rows, batch_size, seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    schema = shards.shard_arrow_schema().with_metadata({
+        shards.METADATA_STAGE: stage.encode(),
+        shards.METADATA_SEED: str(seed).encode(),
+        shards.METADATA_BATCH_SIZE: str(batch_size).encode(),
+    })  # fmt: skip
+    per_file = rows_per_file - rows_per_file % batch_size
+    for n, start in enumerate(range(0, len(ordered), per_file)):
+        chunk = ordered[start : start + per_file]
+        table = pa.Table.from_pylist(chunk, schema=schema)
+        shards.validate_shard_table(table)
+        tmp = out_dir / f".shard-{n:05d}.parquet.tmp"
+        pq.write_table(table, tmp, row_group_size=batch_size * 16)
+        tmp.replace(out_dir / f"shard-{n:05d}.parquet")  # atomic: readers never see half a file
+        stats.files += 1
+    stats.rows = len(ordered)
+    for r in ordered:
+        stats.buckets[r["bucket"]] = stats.buckets.get(r["bucket"], 0) + 1
+    return stats
