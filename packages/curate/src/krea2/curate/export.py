@@ -167,11 +167,13 @@ def export_shards(
             stats.failed += 1
     ordered, stats.dropped_tail = pack(rows, batch_size, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
-    schema = shards.shard_arrow_schema().with_metadata({
-        shards.METADATA_STAGE: stage.encode(),
-        shards.METADATA_SEED: str(seed).encode(),
-        shards.METADATA_BATCH_SIZE: str(batch_size).encode(),
-    })  # fmt: skip
+    schema = shards.shard_arrow_schema().with_metadata(
+        {
+            shards.METADATA_STAGE: stage.encode(),
+            shards.METADATA_SEED: str(seed).encode(),
+            shards.METADATA_BATCH_SIZE: str(batch_size).encode(),
+        }
+    )
     per_file = rows_per_file - rows_per_file % batch_size
     for n, start in enumerate(range(0, len(ordered), per_file)):
         chunk = ordered[start : start + per_file]

@@ -1,4 +1,4 @@
-"""Ingest sources: a directory tree, a list of URIs, or a Parquet file → rows for the images table."""
+"""Ingest sources: a directory tree, a URI list or a Parquet file → rows of the images table."""
 
 from __future__ import annotations
 

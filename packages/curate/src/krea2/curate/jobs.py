@@ -28,9 +28,19 @@ from krea2.krablet import Job, Table, Warehouse
 
 TABLE = "images"
 ANALYZE_RESULTS = [
-    "md5", "bytes", "format", "width", "height", "decode_error", "reject", "reason",
-    "phash8", "phash12", "colorhash", *(f"score_{f}" for f in CHEAP_FILTERS),
-]  # fmt: skip
+    "md5",
+    "bytes",
+    "format",
+    "width",
+    "height",
+    "decode_error",
+    "reject",
+    "reason",
+    "phash8",
+    "phash12",
+    "colorhash",
+    *(f"score_{f}" for f in CHEAP_FILTERS),
+]
 OCR_RESULTS = ["text_area", "ocr_text", "text_chars", "text_lines", "text_height", "text_reject"]
 
 COLUMNS: dict[str, str] = {
@@ -71,15 +81,31 @@ def images_table() -> Table:
         key="image_key",
         columns=COLUMNS,
         jobs=[
-            Job("analyze", result=ANALYZE_RESULTS, inputs=["uri"], lease_s=120.0,
-                handler="krea2.curate.jobs:AnalyzeHandler"),
-            Job("ocr", result=OCR_RESULTS, where="dup_keep = TRUE", inputs=["uri"],
-                lease_s=300.0, handler="krea2.curate.jobs:OcrHandler"),
-            Job("tags", result=["tags"], where="text_reject = ''", inputs=["uri"],
-                handler="krea2.curate.jobs:ShapesTagHandler"),
+            Job(
+                "analyze",
+                result=ANALYZE_RESULTS,
+                inputs=["uri"],
+                lease_s=120.0,
+                handler="krea2.curate.jobs:AnalyzeHandler",
+            ),
+            Job(
+                "ocr",
+                result=OCR_RESULTS,
+                where="dup_keep = TRUE",
+                inputs=["uri"],
+                lease_s=300.0,
+                handler="krea2.curate.jobs:OcrHandler",
+            ),
+            Job(
+                "tags",
+                result=["tags"],
+                where="text_reject = ''",
+                inputs=["uri"],
+                handler="krea2.curate.jobs:ShapesTagHandler",
+            ),
         ],
         indexes=["md5"],
-    )  # fmt: skip
+    )
 
 
 def final_reason(row: dict) -> str | None:
@@ -133,8 +159,11 @@ class AnalyzeHandler:
         for row, res in zip(rows, results, strict=True):
             if isinstance(res, IsolationTimeout):
                 res = {k: None for k in ANALYZE_RESULTS} | {
-                    "md5": "", "decode_error": "timeout", "reject": "broken", "reason": str(res)
-                }  # fmt: skip
+                    "md5": "",
+                    "decode_error": "timeout",
+                    "reject": "broken",
+                    "reason": str(res),
+                }
                 try:  # the file was readable: record its md5 and size anyway
                     from krea2.curate.hashes import md5
                     from krea2.curate.storage import read_uri
@@ -173,11 +202,16 @@ class OcrHandler:
                 out.append(exc)
                 continue
             failed = next((f.name for f in filters if not f.passed), "")
-            out.append({
-                "text_area": result.box_area_fraction, "ocr_text": result.text,
-                "text_chars": result.char_count, "text_lines": result.line_count,
-                "text_height": result.median_line_height, "text_reject": failed,
-            })  # fmt: skip
+            out.append(
+                {
+                    "text_area": result.box_area_fraction,
+                    "ocr_text": result.text,
+                    "text_chars": result.char_count,
+                    "text_lines": result.line_count,
+                    "text_height": result.median_line_height,
+                    "text_reject": failed,
+                }
+            )
         return out
 
 
@@ -237,15 +271,27 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
 
     d = cfg.dedup
     areas = np.asarray([(r["width"] or 0) * (r["height"] or 0) for r in rows], np.int64)
-    result = dedup([r["md5"] for r in rows], stack("phash12", 18), stack("colorhash", 6),
-                   stack("phash8", 8), areas, d.phash12_max_distance, d.colorhash_max_distance,
-                   d.phash8_max_distance, d.bands)  # fmt: skip
+    result = dedup(
+        [r["md5"] for r in rows],
+        stack("phash12", 18),
+        stack("colorhash", 6),
+        stack("phash8", 8),
+        areas,
+        d.phash12_max_distance,
+        d.colorhash_max_distance,
+        d.phash8_max_distance,
+        d.bands,
+    )
     keeper = {int(result.group[i]): rows[i]["image_key"] for i in np.nonzero(result.keep)[0]}
     patch = [
-        {"image_key": r["image_key"], "dup_keep": bool(result.keep[i]),
-         "dup_kind": str(result.kind[i]), "dup_of": keeper[int(result.group[i])]}
+        {
+            "image_key": r["image_key"],
+            "dup_keep": bool(result.keep[i]),
+            "dup_kind": str(result.kind[i]),
+            "dup_of": keeper[int(result.group[i])],
+        }
         for i, r in enumerate(rows)
-    ]  # fmt: skip
+    ]
     with wh.funnel() as f:
         f.patch(TABLE, patch)
         f.flush()
@@ -260,11 +306,17 @@ def concept_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     if not rows:
         return {"rows": 0, "dropped": 0}
     c = cfg.concepts
-    verdicts = rebalance([r["image_key"] for r in rows], [frozenset(r["tags"]) for r in rows],
-                         c.max_share, c.seed)  # fmt: skip
+    verdicts = rebalance(
+        [r["image_key"] for r in rows], [frozenset(r["tags"]) for r in rows], c.max_share, c.seed
+    )
     with wh.funnel() as f:
-        f.patch(TABLE, [{"image_key": r["image_key"], "concept_share": v.share,
-                         "concept_keep": v.keep} for r, v in zip(rows, verdicts, strict=True)])  # fmt: skip
+        f.patch(
+            TABLE,
+            [
+                {"image_key": r["image_key"], "concept_share": v.share, "concept_keep": v.keep}
+                for r, v in zip(rows, verdicts, strict=True)
+            ],
+        )
         f.flush()
     return {"rows": len(rows), "dropped": sum(not v.keep for v in verdicts)}
 
