@@ -71,6 +71,7 @@ COLUMNS: dict[str, str] = {
     "tags": "text[]",
     "concept_share": "real",
     "concept_keep": "boolean",
+    "concept_over": "boolean",  # carries a concept above the cap's share
 }
 
 
