@@ -60,7 +60,7 @@ def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(c
             conn.execute("ANALYZE pics")
     path = cluster.save(tmp_path / "cluster.json")
     t = pluck.Table("pics", key="pic", where="area IS NULL", cluster=wh)
-    h = t.map(area, batch_size=100, rows_per_task=500)
+    h = t.map(area, batch_size=100, rows_per_task=300)
     h2 = pluck.Table("pics", key="pic", cluster=wh).map(Labeler, batch_size=200)
     # a job signed with another secret, as if injected by someone without the cluster file
     forged = Warehouse(type(cluster)(cluster.shards, secret="not-the-secret"), wh.tables.values())

@@ -146,13 +146,27 @@ class Table:
         n_tasks = max(1, min(1000, int(est // max(target_rows, 1))))
         if n_tasks == 1:
             return [(None, None)]
-        pct = min(100.0, 100.0 * 20 * n_tasks / max(est, 1))
-        sample = sorted(
-            r[0]
-            for r in conn.execute(
-                sql.SQL("SELECT {k} FROM {t} TABLESAMPLE SYSTEM (%s)").format(k=k, t=t), (pct,)
+        if est <= 200_000:  # small: exact boundaries are cheap
+            sample = [
+                r[0]
+                for r in conn.execute(sql.SQL("SELECT {k} FROM {t} ORDER BY {k}").format(k=k, t=t))
+            ]
+        else:  # large: ~20 sampled keys per range from a page sample (TABLESAMPLE SYSTEM)
+            pct = min(100.0, 100.0 * 20 * n_tasks / est)
+            sample = sorted(
+                r[0]
+                for r in conn.execute(
+                    sql.SQL("SELECT {k} FROM {t} TABLESAMPLE SYSTEM (%s)").format(k=k, t=t), (pct,)
+                )
             )
-        )
+            if len(sample) < n_tasks:
+                sample = sorted(
+                    r[0]
+                    for r in conn.execute(
+                        sql.SQL("SELECT {k} FROM {t} TABLESAMPLE BERNOULLI (%s)").format(k=k, t=t),
+                        (pct,),
+                    )
+                )
         step = max(1, len(sample) // n_tasks)
         bounds = sorted(set(sample[step::step]))
         edges: list[str | None] = [None, *(str(b) for b in bounds), None]
