@@ -16,6 +16,7 @@ from trainer_test_helpers import job_toml, ranks, single, torchrun
 from krea2.trainer.cli import run_job
 from krea2.trainer.merge import average
 from krea2.trainer.observe import read_metrics
+from krea2.trainer.optim import MUON_PATTERN
 
 STEPS = 10
 
@@ -122,11 +123,22 @@ def test_kill_and_resume_two_ranks_repeats_the_loss_sequence(runs, fsdp_referenc
     ], f"killed at step {kill}"
 
 
-def test_fsdp_plus_tp_on_two_ranks_matches_one_process(runs, reference):
+MUON = "[optimizer]\nname = 'muon'\nweight_decay = 0.01\n"
+
+
+def test_fsdp_plus_tp_with_muon_on_two_ranks_matches_one_process(runs):
+    """TP shards every block matrix (Muon orthogonalises the full DTensor matrix), FSDP
+    shards over the size-1 dp dimension: losses, grad norms and weights as one process."""
     root, job = runs
-    cfg = job("tp")
+    run_job(job("single_muon", MUON), [], resume=False)
+    reference = _train_rows(root / "single_muon")
+    cfg = job("tp", MUON)
     cfg.write_text(cfg.read_text().replace("[parallel]\n", "[parallel]\ntp = 2\n"))
     _finish(ranks(2, cfg), "2-rank FSDP+TP run")
     _assert_close_runs(_train_rows(root / "tp"), reference, 1e-4)
-    ref_w, tp_w = _final_weights(root / "single"), _final_weights(root / "tp")
-    assert max(float((ref_w[k] - tp_w[k]).abs().max()) for k in ref_w) < 1e-4
+    ref_w, tp_w = _final_weights(root / "single_muon"), _final_weights(root / "tp")
+    # torch.optim.Muon runs Newton-Schulz in bfloat16, so the sharded (DTensor) and dense
+    # orthogonalisations agree to bf16 precision only: Muon matrices get a looser bound.
+    for k in ref_w:
+        bound = 1e-3 if MUON_PATTERN.match(k) else 1e-4
+        assert float((ref_w[k] - tp_w[k]).abs().max()) < bound, k

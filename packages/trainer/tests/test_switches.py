@@ -110,5 +110,5 @@ def test_irepa_aligns_then_switches_off_and_is_not_exported(write_job, tmp_path)
     from safetensors import safe_open
 
     with safe_open(str(out), "pt") as f:
-        keys = list(f.keys())  # noqa: SIM118
+        keys = list(f.keys())
     assert keys and not any("irepa" in k or k.startswith("text.") for k in keys)

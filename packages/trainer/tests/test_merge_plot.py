@@ -1,0 +1,82 @@
+"""PMA and checkpoint merging from disk, and `krea2 train plot`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from krea2.infra.errors import UserError
+from krea2.trainer.cli import app, run_job
+from krea2.trainer.merge import average, merge_to_file, pma_from_run, pma_steps
+from krea2.trainer.observe import read_metrics
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, shards):
+    from trainer_test_helpers import job_toml
+
+    root = tmp_path_factory.mktemp("pma")
+    job = root / "job.toml"
+    job.write_text(job_toml(root / "run", shards, steps=9))
+    run_job(job, [], resume=False)
+    return root / "run"
+
+
+def test_pma_averages_the_last_n_checkpoints_taken_every_k_steps(run, tmp_path):
+    root = run / "checkpoints" / "pretrain"
+    assert pma_steps(root, 2, 3) == [5, 8]
+    out = tmp_path / "pma.safetensors"
+    assert pma_from_run(run, "pretrain", 2, 3, out) == [5, 8]
+    a, b = average([root / "step-000000005"]), average([root / "step-000000008"])
+    merged = load_file(str(out))
+    assert set(merged) == set(a)
+    for k in a:
+        assert torch.allclose(merged[k].float(), (a[k] + b[k]) / 2, atol=1e-6)
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the inputs really differ
+
+
+def test_pma_wants_enough_checkpoints(run):
+    with pytest.raises(UserError, match=r"PMA wants 5 checkpoints every 3"):
+        pma_steps(run / "checkpoints" / "pretrain", 5, 3)
+
+
+def test_weighted_merge_of_released_weights_loads_back_into_the_dit(run, tmp_path):
+    from krea2.dit.model import Krea2DiT
+    from krea2.dit.weights import load_weights
+    from krea2.trainer.build import dit_config
+    from krea2.trainer.jobfile import load_job
+
+    root = run / "checkpoints" / "pretrain"
+    first, last = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    merge_to_file([root / "step-000000002"], None, run / "config.toml", first)
+    merge_to_file([root / "step-000000008"], None, run / "config.toml", last)
+    out = merge_to_file([first, last], [1.0, 3.0], run / "config.toml", tmp_path / "m.safetensors")
+    fa, fb, fm = load_file(str(first)), load_file(str(last)), load_file(str(out))
+    for k in fa:
+        assert torch.allclose(fm[k], 0.25 * fa[k] + 0.75 * fb[k], atol=1e-6)
+    model = Krea2DiT(dit_config(load_job(run / "config.toml")))
+    load_weights(model, str(out))
+    with pytest.raises(UserError, match="weights"):
+        merge_to_file([first, last], [1.0], run / "config.toml", tmp_path / "x.safetensors")
+
+
+def test_plot_writes_png_and_html(run, tmp_path):
+    result = CliRunner().invoke(app, ["plot", str(run), "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    png, html = tmp_path / "c.png", tmp_path / "c.html"
+    assert png.read_bytes()[:4] == b"\x89PNG" and "<img" in html.read_text()
+
+
+def test_metrics_reader_keeps_the_last_row_of_a_replayed_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    rows = [
+        {"kind": "train", "stage": "a", "step": 0, "loss": 3.0},
+        {"kind": "train", "stage": "a", "step": 1, "loss": 2.0},
+        {"kind": "train", "stage": "a", "step": 1, "loss": 1.5},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"kind": "tra')
+    assert [r["loss"] for r in read_metrics(path)] == [3.0, 1.5]
