@@ -299,7 +299,8 @@ def leased_head(base: str, rows: int, leased: int, procs: int, batch: int, secon
 
 
 LOCKED_CLAIM = """
-WITH c AS (SELECT id FROM items WHERE contains_text IS NULL ORDER BY id LIMIT :B FOR UPDATE SKIP LOCKED),
+WITH c AS (SELECT id FROM items WHERE contains_text IS NULL ORDER BY id LIMIT :B
+            FOR UPDATE SKIP LOCKED),
      u AS (UPDATE items i SET last_tried_at = now() FROM c WHERE i.id = c.id RETURNING i.id)
 SELECT coalesce(string_agg(id::text, ','), '0') AS ids FROM u \\gset
 UPDATE items SET contains_text = (id % 7 <> 0) WHERE id IN (:ids);
@@ -482,7 +483,8 @@ def main() -> None:
                     base, args.peer_python, 3_000 if q else 10_000, 5
                 )
                 log(
-                    f"drain procrastinate    {r['procrastinate']['rate']:9.0f} jobs/s (concurrency 5)"
+                    f"drain procrastinate    {r['procrastinate']['rate']:9.0f} jobs/s"
+                    " (concurrency 5)"
                 )
             else:
                 log("drain peers skipped: pass --peer-python (and --pgqueuer-driver)")
@@ -530,8 +532,9 @@ def main() -> None:
                 r["funnel_over_pgbench"] = f["accepted_rows_per_s"] / ceil
                 r["funnel_written_over_pgbench"] = f["db_rows_per_s"] / ceil
                 log(
-                    f"upsert {label} ({keys} keys): single-row psycopg x8 {one:8.0f} rows/s | funnel "
-                    f"{f['accepted_rows_per_s']:8.0f} rows/s durable ({f['db_rows_per_s']:.0f} written "
+                    f"upsert {label} ({keys} keys): single-row psycopg x8 {one:8.0f} rows/s"
+                    f" | funnel {f['accepted_rows_per_s']:8.0f} rows/s durable"
+                    f" ({f['db_rows_per_s']:.0f} written "
                     f"after coalescing) | pgbench 100 sorted keys x8 {ceil:8.0f} rows/s"
                 )
                 log(

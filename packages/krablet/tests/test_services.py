@@ -98,7 +98,7 @@ def test_a_database_refusal_is_a_422_with_the_reason(served):
     _, _, fun = served
     f = FunnelClient(fun.url, token="s3cret")
     f.upsert("images", [{"key": "a", "width": "wide"}])
-    with pytest.raises(UserError, match="422.*refused"):
+    with pytest.raises(UserError, match=r"422.*refused"):
         f.flush()
 
 

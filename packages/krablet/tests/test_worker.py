@@ -1,4 +1,4 @@
-"""Workers: DAG draining in-process, and real CLI workers under SIGTERM, SIGKILL and a Postgres restart."""
+"""Workers: DAGs in-process; real CLI workers under SIGTERM, SIGKILL and a Postgres restart."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """krea2.krablet: the sharded PostgreSQL warehouse, its job queue and the pluck map API."""
 
-from krea2.krablet import pluck
 from krea2.krablet.cluster import Cluster, load_cluster
 from krea2.krablet.funnel import Funnel, FunnelClient, FunnelError
 from krea2.krablet.queue import Claim, Queue

@@ -38,7 +38,8 @@ def up(
 
     Running it again reuses the data and restarts stopped shards; the secret is kept.
 
-    Example: krea2 krablet up --shards 2 --data /tmp/kb && export KRABLET_CLUSTER=/tmp/kb/cluster.json
+    Example: krea2 krablet up --shards 2 --data /tmp/kb
+    (then: export KRABLET_CLUSTER=/tmp/kb/cluster.json)
     """
     from krea2.krablet.cluster import Cluster, load_cluster
     from krea2.krablet.embedded import up as start

@@ -74,7 +74,7 @@ class Cluster:
         return out
 
     def connect(self, shard: int, **kwargs: Any) -> psycopg.Connection:
-        """A new connection to one shard (the caller closes it). Autocommit unless told otherwise."""
+        """A new autocommit connection to one shard; the caller closes it."""
         kwargs.setdefault("autocommit", True)
         try:
             return psycopg.connect(self.shards[shard], **kwargs)
@@ -161,7 +161,8 @@ def load_cluster(source: str | Path | Sequence[str] | Cluster) -> Cluster:
     path = Path(text)
     if not path.exists():
         raise UserError(
-            f"cluster file {path} does not exist; create one with `krea2 krablet up --shards 2 --data DIR`"
+            f"cluster file {path} does not exist; create one with"
+            " `krea2 krablet up --shards 2 --data DIR`"
             " or pass DSNs separated by commas"
         )
     try:

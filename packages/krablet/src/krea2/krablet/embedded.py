@@ -1,4 +1,4 @@
-"""Embedded shards: real PostgreSQL 16 servers from the ``pgserver`` wheel, one data directory each."""
+"""Embedded shards: real PostgreSQL 16 servers from the ``pgserver`` wheel, one directory each."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _pg_user() -> str | None:
 
 
 def stop_shard(pgdata: str | Path, mode: str = "fast") -> bool:
-    """Stop the server in ``pgdata``; ``mode`` is pg_ctl's (smart, fast, immediate). False if not running."""
+    """Stop the server in ``pgdata`` (pg_ctl mode: smart, fast, immediate); False if not running."""
     _server_class()
     from pgserver._commands import pg_ctl
 
@@ -62,7 +62,7 @@ def stop_shard(pgdata: str | Path, mode: str = "fast") -> bool:
 
 
 def up(n_shards: int, data_dir: str | Path) -> list[str]:
-    """Start ``n_shards`` embedded shards under ``data_dir`` (``shard-000`` …) and return their DSNs."""
+    """Start ``n_shards`` shards under ``data_dir`` (``shard-000`` …); return their DSNs."""
     if n_shards < 1:
         raise UserError(f"--shards must be at least 1, got {n_shards}")
     data_dir = Path(data_dir).expanduser().resolve()

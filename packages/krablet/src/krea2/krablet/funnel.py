@@ -304,7 +304,7 @@ class Funnel:
         return self._route(table, "patch", rows)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Block until every write accepted so far is committed; raise FunnelError for refused batches."""
+        """Block until every write accepted so far is committed; FunnelError for refused batches."""
         errors = [e for w in self._writers for e in w.wait_flushed(timeout)]
         if errors:
             raise FunnelError(

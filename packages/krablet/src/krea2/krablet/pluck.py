@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import secrets
 import signal
 import sys
@@ -170,7 +171,7 @@ class Table:
         step = max(1, len(sample) // n_tasks)
         bounds = sorted(set(sample[step::step]))
         edges: list[str | None] = [None, *(str(b) for b in bounds), None]
-        return list(zip(edges[:-1], edges[1:], strict=True))
+        return list(itertools.pairwise(edges))
 
     def map(
         self,
@@ -198,7 +199,8 @@ class Table:
                 ranges = self._ranges(conn, target)
                 with conn.cursor() as cur:
                     cur.executemany(
-                        "INSERT INTO krablet_pluck_tasks (job_id, task, lo, hi) VALUES (%s, %s, %s, %s)",
+                        "INSERT INTO krablet_pluck_tasks (job_id, task, lo, hi)"
+                        " VALUES (%s, %s, %s, %s)",
                         [(job_id, n, lo, hi) for n, (lo, hi) in enumerate(ranges)],
                     )
         return Handle(self.wh, job_id)
@@ -508,7 +510,8 @@ class PluckWorker:
         with self.wh.cluster.pool(shard).connection() as conn:
             if error is None:
                 cur = conn.execute(
-                    "UPDATE krablet_pluck_tasks SET done = true, rows_done = %s, last_error = NULL, "
+                    "UPDATE krablet_pluck_tasks SET done = true, rows_done = %s, "
+                    "last_error = NULL, "
                     "owner = NULL, token = NULL WHERE job_id = %s AND task = %s AND token = %s",
                     (rows, task["job_id"], task["task"], token),
                 )
@@ -517,7 +520,8 @@ class PluckWorker:
             else:
                 conn.execute(
                     "UPDATE krablet_pluck_tasks SET last_error = %s, owner = NULL, token = NULL, "
-                    "next_try_at = now() + make_interval(secs => least(3600, %s * power(2, attempts - 1)))"
+                    "next_try_at = now() + make_interval(secs =>"
+                    " least(3600, %s * power(2, attempts - 1)))"
                     " WHERE job_id = %s AND task = %s AND token = %s",
                     (error, backoff, task["job_id"], task["task"], token),
                 )

@@ -79,7 +79,6 @@ class Queue:
                 *[sql.SQL("w.{}").format(sql.Identifier(c)) for c in self.inputs],
             ]
         )
-        res = self.job.results
         return {
             "claim": sql.SQL("""
 WITH c AS MATERIALIZED (
@@ -88,7 +87,8 @@ WITH c AS MATERIALIZED (
 ), live AS MATERIALIZED (
     SELECT {k} AS key FROM {t} WHERE {k} IN (SELECT key FROM c) AND ({pred})
 ), stale AS (
-    DELETE FROM {q} q USING (SELECT key FROM c EXCEPT ALL SELECT key FROM live) s WHERE q.key = s.key
+    DELETE FROM {q} q USING (SELECT key FROM c EXCEPT ALL SELECT key FROM live) s
+    WHERE q.key = s.key
 ), upd AS (
     UPDATE {q} q SET next_try_at = now() + make_interval(secs => %(lease)s),
         attempts = q.attempts + 1, owner = %(owner)s, token = %(token)s, last_tried_at = now()
@@ -164,9 +164,9 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
     def complete(
         self, claim: Claim, results: Sequence[Mapping[str, Any]] | Mapping[Any, Mapping[str, Any]]
     ) -> list[Any]:
-        """Write results for the claim's rows, only where the lease is still ours. Returns the keys written.
+        """Write results for the claim's rows where the lease is still ours; return keys written.
 
-        ``results`` is either one mapping per row (in ``claim.rows`` order) or a mapping key → values.
+        ``results`` is one mapping per row (in ``claim.rows`` order) or a mapping key → values.
         Each values mapping holds the job's result columns; the done column must not be None.
         """
         if isinstance(results, Mapping):
@@ -202,7 +202,7 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
     def fail(
         self, claim: Claim, errors: Mapping[Any, str] | str, keys: Sequence[Any] | None = None
     ) -> list[Any]:
-        """Record errors and push the rows back with exponential backoff. Returns the keys updated."""
+        """Record errors, push the rows back with exponential backoff; return the keys updated."""
         if isinstance(errors, str):
             errors = dict.fromkeys(keys if keys is not None else claim.keys, errors)
         if not errors:
@@ -259,13 +259,15 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
 
 
 def queue_stats(conn: psycopg.Connection, queue_table: str, cap: int = 100_000) -> dict[str, Any]:
-    """Counts for one queue table. Each count is capped (an index scan with LIMIT), never a full count."""
+    """Counts for one queue table, each capped (an index scan with LIMIT), never a full count."""
     q = sql.Identifier(queue_table)
     row = conn.execute(
         sql.SQL("""
 SELECT (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at <= now() LIMIT %(cap)s) s),
-       (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at > now() AND token IS NOT NULL LIMIT %(cap)s) s),
-       (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at > now() AND token IS NULL LIMIT %(cap)s) s),
+       (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at > now() AND token IS NOT NULL
+                              LIMIT %(cap)s) s),
+       (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at > now() AND token IS NULL
+                              LIMIT %(cap)s) s),
        (SELECT extract(epoch FROM now() - min(next_try_at)) FROM {q} WHERE next_try_at <= now()),
        (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %(reg)s::regclass)
 """).format(q=q),

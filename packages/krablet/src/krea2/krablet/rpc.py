@@ -118,7 +118,7 @@ class Reader:
         limit: int = 1000,
         cursor: Any = None,
     ) -> tuple[list[dict], Any]:
-        """Up to ``limit`` rows in key order after ``cursor``; returns (rows, next cursor or None)."""
+        """Up to ``limit`` rows in key order after ``cursor``: (rows, next cursor or None)."""
         t = self.wh.table(table)
         if not 1 <= int(limit) <= MAX_LIMIT:
             raise UserError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")

@@ -140,7 +140,8 @@ class Table:
     def check_column(self, col: str, what: str = "request") -> str:
         if col not in self.all_columns:
             raise UserError(
-                f"{what}: table {self.name!r} has no column {col!r}; columns: {sorted(self.all_columns)}"
+                f"{what}: table {self.name!r} has no column {col!r}; "
+                f"columns: {sorted(self.all_columns)}"
             )
         return col
 
@@ -295,8 +296,10 @@ def migrate_shard(conn: psycopg.Connection, tables: Iterable[Table]) -> list[str
             existing = (
                 dict(
                     conn.execute(
-                        "SELECT column_name, format_type(a.atttypid, a.atttypmod) FROM information_schema.columns c "
-                        "JOIN pg_attribute a ON a.attrelid = %s::regclass AND a.attname = c.column_name "
+                        "SELECT column_name, format_type(a.atttypid, a.atttypmod) "
+                        "FROM information_schema.columns c "
+                        "JOIN pg_attribute a ON a.attrelid = %s::regclass "
+                        "AND a.attname = c.column_name "
                         "WHERE c.table_name = %s",
                         (f'"{t.name}"', t.name),
                     ).fetchall()

@@ -141,7 +141,7 @@ class Served:
 
 
 class Client:
-    """A small JSON-over-HTTP client; 4xx answers become :class:`UserError` with the server's message."""
+    """A small JSON-over-HTTP client; 4xx answers become :class:`UserError` (server's message)."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 60.0) -> None:
         headers = {"authorization": f"Bearer {token}"} if token else {}

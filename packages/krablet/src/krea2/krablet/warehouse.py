@@ -72,7 +72,7 @@ class Warehouse:
         return Funnel(self, **kwargs)
 
     def reader(self):
-        """An in-process :class:`~krea2.krablet.rpc.Reader` (the RPC client has the same methods)."""
+        """An in-process :class:`~krea2.krablet.rpc.Reader` (RpcClient has the same methods)."""
         from krea2.krablet.rpc import Reader
 
         return Reader(self)
@@ -88,7 +88,7 @@ class Warehouse:
 
     # -- status -----------------------------------------------------------------------------
     def status(self, cap: int = 100_000, fingerprints: bool = True) -> dict[str, Any]:
-        """Per shard: reachability, schema fingerprint agreement, estimated row counts, queue backlogs."""
+        """Per shard: reachability, schema agreement, row counts (capped), queue backlogs."""
         shards = []
         prints: list[dict] = []
         for i in range(len(self.cluster)):

@@ -14,6 +14,7 @@ connections (a Postgres restart) are retried with backoff, never fatal.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import logging
@@ -284,16 +285,12 @@ class Worker:
             with self._lock:
                 active = list(self._active.values())
             for claim in active:
-                try:
+                with contextlib.suppress(*RETRYABLE):  # a missed beat: the next one may land
                     self.queue.heartbeat(claim, lease_s=self.lease_s)
-                except RETRYABLE:
-                    pass
 
     def _release_all(self) -> None:
         with self._lock:
             active, self._active = list(self._active.values()), {}
         for claim in active:
-            try:
+            with contextlib.suppress(*RETRYABLE):  # else the lease expires on its own
                 self.stats.released += len(self.queue.release(claim))
-            except RETRYABLE:
-                pass  # the lease will expire on its own
