@@ -6,9 +6,9 @@ A pair is a duplicate when the md5s are equal, or when the 144-bit phash distanc
 vetoes pairs whose fine structure agrees only by chance). Candidates come from a FAISS
 ``IndexBinaryMultiHash``: the phash is cut into ``bands`` bands and every hash within
 ``⌊max_phash / bands⌋`` flips of a query band is probed, so by pigeonhole no pair within
-``max_phash`` is missed and nothing is all-pairs. The index holds 18 bytes per image plus
-buckets, about 100M images per 4 GiB; a pool beyond one host's memory is deduplicated per
-partition of the warehouse shards and then across the partitions' keepers.
+``max_phash`` is missed and nothing is all-pairs. The index holds the 18-byte hashes plus
+its buckets in memory (about 100M images per 4 GiB); past one host's memory the same
+search has to run over partitions, which is not built yet.
 """
 
 from __future__ import annotations
