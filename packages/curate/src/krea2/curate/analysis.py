@@ -58,6 +58,7 @@ class ImageAnalysis:
             "phash8": self.hashes.get("phash8"),
             "phash12": self.hashes.get("phash12"),
             "colorhash": self.hashes.get("colorhash"),
+            "huehist": self.hashes.get("huehist"),
         }
         for name in CHEAP_FILTERS:
             row[f"score_{name}"] = None

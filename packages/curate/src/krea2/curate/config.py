@@ -55,6 +55,7 @@ class DedupConfig:
     colorhash_max_distance: int = 6  # of 42 bits
     phash8_max_distance: int = 10  # of 64 bits
     bands: int = 8  # multi-index hashing: the phash is cut into this many bands
+    hue_max_distance: float = 0.3  # total variation of saturated-hue histograms, 0..1
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 A pair is a duplicate when the md5s are equal, or when the 144-bit phash distance is at most
 ``max_phash``, the 64-bit phash at most ``max_phash8`` *and* the colorhash distance at most
 ``max_color`` (phash alone ignores colour and confuses flat images; the coarse 8×8 phash
-vetoes pairs whose fine structure agrees only by chance). Candidates come from a FAISS
+vetoes pairs whose fine structure agrees only by chance), and, when saturated-hue histograms
+are given, their total-variation distance is at most ``max_hue`` (colorhash is too coarse to
+tell a recoloured small object apart; see ``hashes.hue_histogram``). Candidates come from a FAISS
 ``IndexBinaryMultiHash``: the phash is cut into ``bands`` bands and every hash within
 ``⌊max_phash / bands⌋`` flips of a query band is probed, so by pigeonhole no pair within
 ``max_phash`` is missed and nothing is all-pairs. The index holds the 18-byte hashes plus
@@ -19,6 +21,8 @@ import faiss
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+
+from krea2.curate.hashes import hue_distance
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,11 @@ def near_duplicate_pairs(
     max_phash8: int = 10,
     bands: int = 8,
     chunk: int = 65536,
+    hue: np.ndarray | None = None,
+    max_hue: float = 0.3,
 ) -> np.ndarray:
     """Duplicate edges among n images. ``phash`` (n, 18) uint8 (12×12), ``colorhash`` (n, 6)
-    uint8, ``phash8`` (n, 8) uint8 → (m, 2) int64 pairs i < j."""
+    uint8, ``phash8`` (n, 8) uint8, ``hue`` (n, 19) uint8 or None → (m, 2) int64 pairs i < j."""
     n, nbytes = phash.shape
     d = nbytes * 8
     if d % bands:
@@ -78,6 +84,8 @@ def near_duplicate_pairs(
         ok = (_popcount(colorhash[a] ^ colorhash[b]) <= max_color) & (
             _popcount(phash8[a] ^ phash8[b]) <= max_phash8
         )
+        if hue is not None:
+            ok &= hue_distance(hue[a], hue[b]) <= max_hue
         pairs = pairs[ok]
     return pairs
 
@@ -104,13 +112,17 @@ def dedup(
     max_color: int = 6,
     max_phash8: int = 10,
     bands: int = 8,
+    hue: np.ndarray | None = None,
+    max_hue: float = 0.3,
 ) -> DedupResult:
     """Group exact and near duplicates into connected components and keep one per group:
     the largest (``areas``, pixels of the original), then the earliest (lowest index, i.e.
     ingest order)."""
     n = len(md5s)
     exact = exact_duplicate_pairs(md5s)
-    near = near_duplicate_pairs(phash, colorhash, phash8, max_phash, max_color, max_phash8, bands)
+    near = near_duplicate_pairs(
+        phash, colorhash, phash8, max_phash, max_color, max_phash8, bands, hue=hue, max_hue=max_hue
+    )
     pairs = np.concatenate([exact, near]) if len(near) else exact
     graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
     _, group = connected_components(graph, directed=False)

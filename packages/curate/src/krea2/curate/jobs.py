@@ -39,6 +39,7 @@ ANALYZE_RESULTS = [
     "phash8",
     "phash12",
     "colorhash",
+    "huehist",
     *(f"score_{f}" for f in CHEAP_FILTERS),
 ]
 OCR_RESULTS = ["text_area", "ocr_text", "text_chars", "text_lines", "text_height", "text_reject"]
@@ -58,6 +59,7 @@ COLUMNS: dict[str, str] = {
     "phash8": "bytea",
     "phash12": "bytea",
     "colorhash": "bytea",
+    "huehist": "bytea",
     **{f"score_{f}": "real" for f in CHEAP_FILTERS},
     "dup_keep": "boolean",
     "dup_kind": "text",  # '' for keepers, exact_duplicate / near_duplicate otherwise
@@ -261,7 +263,8 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     write ``dup_keep``/``dup_kind``/``dup_of``. Rows are ordered by ingest ``seq``."""
     from krea2.curate.dedup import dedup
 
-    cols = ["image_key", "seq", "md5", "width", "height", "phash8", "phash12", "colorhash"]
+    cols = ["image_key", "seq", "md5", "width", "height", "phash8", "phash12", "colorhash",
+            "huehist"]  # fmt: skip
     rows = list(scan_all(wh, [["reject", "is", None], ["md5", "is not", None]], cols))
     if not rows:
         return {"rows": 0, "duplicates": 0}
@@ -282,6 +285,8 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         d.colorhash_max_distance,
         d.phash8_max_distance,
         d.bands,
+        hue=stack("huehist", 19),
+        max_hue=d.hue_max_distance,
     )
     keeper = {int(result.group[i]): rows[i]["image_key"] for i in np.nonzero(result.keep)[0]}
     patch = [

@@ -48,11 +48,12 @@ class Verdict:
 
 
 def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> DedupResult:
-    """Dedup decoded images (in ingest order) by md5, phash12 and colorhash."""
+    """Dedup decoded images (in ingest order) by md5, phash12, phash8, colorhash and hue."""
     md5s = [a.md5 for a in analyses]
     phash = np.stack([np.frombuffer(a.hashes["phash12"], np.uint8) for a in analyses])
     color = np.stack([np.frombuffer(a.hashes["colorhash"], np.uint8) for a in analyses])
     phash8 = np.stack([np.frombuffer(a.hashes["phash8"], np.uint8) for a in analyses])
+    hue = np.stack([np.frombuffer(a.hashes["huehist"], np.uint8) for a in analyses])
     areas = np.asarray([(a.width or 0) * (a.height or 0) for a in analyses], np.int64)
     d = cfg.dedup
     return dedup(
@@ -65,6 +66,8 @@ def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> Dedu
         d.colorhash_max_distance,
         d.phash8_max_distance,
         d.bands,
+        hue=hue,
+        max_hue=d.hue_max_distance,
     )
 
 

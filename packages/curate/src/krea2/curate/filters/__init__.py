@@ -45,7 +45,7 @@ def run_cheap_filters(image: DecodedImage, t: StageThresholds) -> list[FilterRes
         white(px, t),
         black(px, t),
         flat_color(px, t),
-        border(px, t),
+        border(px, grey, t),
         complexity(grey, t),
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from krea2.curate.config import StageThresholds
@@ -12,41 +13,56 @@ STEP = 24.0  # min colour difference between the band and the line after it
 SHARP_SHARE = 0.7  # share of the next line that must differ (a frame's sides cover the rest)
 
 
-def _band_width(lines: np.ndarray) -> int:
-    """Width of the uniform band at the start of ``lines`` (n, length, 3) float32 that ends
-    in a sharp transition, else 0. A band of the background's own colour never ends in one."""
-    first = lines[0]
-    if first.std(axis=0).max() > UNIFORM:
+def _band_width(lines: np.ndarray, means: np.ndarray, stds: np.ndarray) -> int:
+    """Width of the uniform band at the start of ``lines`` (n, length, 3) uint8 RGB that ends
+    in a sharp transition, else 0; ``means``/``stds`` (n,) are each line's grey mean and std.
+    A band of the background's own colour never ends in one."""
+    if stds[0] > UNIFORM:
         return 0
-    colour = first.mean(axis=0)
     limit = len(lines) // 2
-    k = 1
-    while k < limit:
-        line = lines[k]
-        if np.abs(line.mean(axis=0) - colour).max() > UNIFORM or line.std(axis=0).max() > UNIFORM:
-            break
-        k += 1
-    if k >= limit:
+    same = (np.abs(means[1:limit] - means[0]) <= UNIFORM) & (stds[1:limit] <= UNIFORM)
+    if same.all():
         return 0
-    # The band ends at k; the resize may blend one line, so the hard edge is at k or k + 1.
+    k = 1 + int(np.argmin(same))  # the first line that is not part of the band
+    colour = lines[0].mean(axis=0)
+    # Grey alone cannot see a chroma change: the band's first and last lines must match.
+    ends = np.concatenate([lines[0], lines[k - 1]]).astype(np.float32)
+    if np.abs(ends - colour).max() > 4 * UNIFORM:
+        return 0
+    # The resize may blend one line, so the hard edge is at k or k + 1.
     for line in lines[k : k + 2]:
-        if (np.abs(line - colour).max(axis=1) > STEP).mean() >= SHARP_SHARE:
+        diff = np.abs(line.astype(np.float32) - colour).max(axis=1)
+        if (diff > STEP).mean() >= SHARP_SHARE:
             return k
     return 0
 
 
-def border_fraction(pixels: np.ndarray) -> float:
-    """Widest hard-edged uniform band over the four edges, as a share of that dimension."""
-    img = pixels.astype(np.float32)
-    h, w = img.shape[:2]
+def _line_stats(grey: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std of each row (``dim=1``) or column (``dim=0``) of (h, w) float32 grey."""
+    mean = cv2.reduce(grey, dim, cv2.REDUCE_AVG).ravel()
+    square = cv2.reduce(cv2.multiply(grey, grey), dim, cv2.REDUCE_AVG).ravel()
+    return mean, np.sqrt(np.maximum(square - mean * mean, 0.0))
+
+
+def border_fraction(pixels: np.ndarray, grey: np.ndarray | None = None) -> float:
+    """Widest hard-edged uniform band over the four edges, as a share of that dimension.
+    ``pixels`` (h, w, 3) uint8 RGB; ``grey`` its (h, w) uint8 luma if already computed."""
+    if grey is None:
+        grey = cv2.cvtColor(pixels, cv2.COLOR_RGB2GRAY)
+    g = grey.astype(np.float32)
+    h, w = g.shape
+    row_mean, row_std = _line_stats(g, 1)
+    col_mean, col_std = _line_stats(g, 0)
+    cols = pixels.transpose(1, 0, 2)
     edges = (
-        (img, h),  # top: rows from the top
-        (img[::-1], h),  # bottom
-        (img.transpose(1, 0, 2), w),  # left: columns as lines
-        (img.transpose(1, 0, 2)[::-1], w),  # right
+        (pixels, row_mean, row_std, h),  # top
+        (pixels[::-1], row_mean[::-1], row_std[::-1], h),  # bottom
+        (cols, col_mean, col_std, w),  # left
+        (cols[::-1], col_mean[::-1], col_std[::-1], w),  # right
     )
-    return max(_band_width(lines) / size for lines, size in edges)
+    return max(_band_width(lines, m, sd) / size for lines, m, sd, size in edges)
 
 
-def border(pixels: np.ndarray, t: StageThresholds) -> FilterResult:
-    return at_most("border", border_fraction(pixels), t.max_border_fraction, "border band share")
+def border(pixels: np.ndarray, grey: np.ndarray, t: StageThresholds) -> FilterResult:
+    score = border_fraction(pixels, grey)
+    return at_most("border", score, t.max_border_fraction, "border band share")
