@@ -1,4 +1,4 @@
-"""The command line: `up` writes a reusable cluster file, `status` reports, mistakes are one line."""
+"""The command line: `up` writes a reusable cluster file, `status` reports, errors are one line."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def test_up_status_and_a_second_up_keep_the_cluster(data_dir):
     path = data_dir / "cluster.json"
     spec = json.loads(path.read_text())
     assert len(spec["shards"]) == 1 and (path.stat().st_mode & 0o077) == 0
-    wh = Warehouse.open(str(path), tables=[Table("t", columns={"x": "text"},
-                                                 jobs=[Job("j", result="x")])])
+    wh = Warehouse.open(
+        str(path), tables=[Table("t", columns={"x": "text"}, jobs=[Job("j", result="x")])]
+    )
     with wh.funnel() as f:
         f.upsert("t", [{"key": "a"}, {"key": "b"}])
     wh.close()

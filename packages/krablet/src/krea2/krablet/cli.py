@@ -122,7 +122,7 @@ def worker(
     batch_size: int = typer.Option(32, help="Rows per claim."),
     concurrency: int = typer.Option(1, help="Batches processed at once (threads)."),
     lease_s: float = typer.Option(None, help="Lease length in seconds (default: the job's)."),
-    until_empty: bool = typer.Option(False, help="Exit once no shard has ready rows."),
+    until_empty: bool = typer.Option(False, help="Exit once no shard has ready or leased rows."),
     pluck: bool = typer.Option(False, "--pluck", help="Run signed pluck jobs instead of --job."),
     metrics_port: int = typer.Option(None, help="Serve /metrics on this port (loopback)."),
 ) -> None:
@@ -183,6 +183,7 @@ def funnel(
     port: int = typer.Option(7431, help="Port to listen on."),
     token: str = typer.Option(None, envvar="KRABLET_TOKEN", help="Bearer token clients must send."),
     fire_and_forget: bool = typer.Option(False, help="Commit with synchronous_commit=off."),
+    writers_per_shard: int = typer.Option(8, help="Connections per shard (disjoint key slices)."),
 ) -> None:
     """Serve the write funnel over HTTP (client: krea2.krablet.FunnelClient).
 
@@ -194,7 +195,10 @@ def funnel(
     check_bind(host, token)
     wh = _warehouse(cluster)
     typer.echo(f"funnel for {len(wh.cluster)} shard(s) on http://{host}:{port}")
-    _serve(make_funnel_app(wh, durable=not fire_and_forget, token=token), host, port)
+    app_ = make_funnel_app(
+        wh, durable=not fire_and_forget, token=token, writers_per_shard=writers_per_shard
+    )
+    _serve(app_, host, port)
 
 
 @app.command()

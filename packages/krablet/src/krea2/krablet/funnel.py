@@ -342,11 +342,13 @@ class Funnel:
         self.close(flush=exc_type is None)
 
 
-def make_funnel_app(wh: Warehouse, durable: bool = True, token: str | None = None):
+def make_funnel_app(
+    wh: Warehouse, durable: bool = True, token: str | None = None, writers_per_shard: int = 8
+):
     """The funnel as a service: POST /v1/upsert, /v1/patch ({table, rows}) and /v1/flush."""
     from krea2.krablet.service import decode_row, json_app
 
-    funnel = Funnel(wh, durable=durable)
+    funnel = Funnel(wh, durable=durable, writers_per_shard=writers_per_shard)
 
     def rows_of(p: dict) -> list[dict]:
         rows = p["rows"]

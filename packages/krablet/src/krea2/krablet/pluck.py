@@ -366,7 +366,7 @@ class PluckWorker:
                 if conn.execute(
                     "SELECT 1 FROM krablet_pluck_tasks t JOIN krablet_pluck_jobs j ON "
                     "j.id = t.job_id WHERE NOT t.done AND j.status = 'running' AND "
-                    "t.next_try_at <= now() LIMIT 1"
+                    "(t.next_try_at <= now() OR t.token IS NOT NULL) LIMIT 1"
                 ).fetchone():
                     return True
         return False

@@ -214,8 +214,13 @@ class Worker:
             self._process(fn, claim)
 
     def _queue_drained(self) -> bool:
+        """No ready rows and no live leases anywhere (a dead worker's leases come back)."""
         try:
-            return all(self.queue.stats(i, cap=1)["ready"] == 0 for i in range(len(self._backlog)))
+            for i in range(len(self._backlog)):
+                st = self.queue.stats(i, cap=1)
+                if st["ready"] or st["leased"]:
+                    return False
+            return True
         except RETRYABLE:
             return False
 
