@@ -150,9 +150,13 @@ class AnalyzeHandler:
 
     def setup(self) -> None:
         from krea2.curate.isolation import IsolatedPool
+        from krea2.infra.metrics import counter
 
         timeout = self.cfg.decode.max_seconds
         self.pool = IsolatedPool(self.processes, timeout, self.memory_mb)
+        self.verdicts = counter(
+            "curate", "analyzed_total", "Images analyzed, by cheap verdict", ["reject"]
+        )
 
     def __call__(self, rows: list[dict]) -> list[dict | Exception]:
         from krea2.curate.isolation import IsolationTimeout
@@ -175,6 +179,8 @@ class AnalyzeHandler:
                     res["md5"], res["bytes"] = md5(data), len(data)
                 except OSError:
                     pass
+            if isinstance(res, dict):
+                self.verdicts.labels(res.get("reject") or "kept").inc()
             out.append(res)
         return out
 
