@@ -71,3 +71,15 @@ def test_norms_are_fp32_and_tables_zero_at_init():
     assert model.blocks[0].prenorm.scale.dtype == torch.float32
     assert torch.count_nonzero(model.blocks[0].mod.lin) == 0
     assert torch.count_nonzero(model.last.modulation.lin) == 0
+
+
+def test_forward_traces_without_graph_breaks():
+    """torch.compile-friendly: dynamo captures the whole forward as one graph."""
+    from krea2.dit.testing import make_inputs
+
+    cfg = get_config("tiny")
+    model = Krea2DiT(cfg)
+    img, txt, t, pos, mask = make_inputs(cfg)
+    explained = torch._dynamo.explain(model)(img, txt, t, pos, mask)
+    assert explained.graph_break_count == 0
+    assert explained.graph_count == 1

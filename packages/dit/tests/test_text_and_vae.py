@@ -121,3 +121,27 @@ def test_flux2_normalization_equals_the_flux2_pipeline():
     want = (packed - mean) / std
     got = Flux2Pipeline._patchify_latents(ae.normalize(raw))
     torch.testing.assert_close(got, want)
+
+
+def test_text_encoder_loads_from_a_local_folder(enc, tmp_path):
+    enc.model.save_pretrained(tmp_path)
+    enc.tokenizer.save_pretrained(tmp_path)
+    loaded = TextEncoder.from_pretrained(
+        tmp_path, taps=enc.taps, max_length=24, dtype=torch.float32
+    )
+    a, ma = enc.encode(["a red circle"])
+    b, mb = loaded.encode(["a red circle"])
+    assert torch.equal(ma, mb)
+    torch.testing.assert_close(a, b)
+    assert loaded.fingerprint() == enc.fingerprint()
+    with pytest.raises(UserError, match=r"has no config\.json"):
+        TextEncoder.from_pretrained(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("cls", [QwenImageVAE, Flux2VAE])
+def test_vae_loads_from_a_local_folder(cls, tmp_path):
+    ae = cls.tiny()
+    ae.vae.save_pretrained(tmp_path / "vae")
+    loaded = cls.from_pretrained(tmp_path, dtype=torch.float32)  # finds the vae/ subfolder
+    x = torch.rand(1, 3, 16, 16) * 2 - 1
+    torch.testing.assert_close(loaded.encode(x), ae.encode(x))

@@ -25,17 +25,19 @@ class CheckpointError(UserError):
     """A checkpoint that does not fit the model (keys, shapes, dtypes) or cannot be read."""
 
 
-def _read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+def _read_safetensors(path: Path, device: str = "cpu") -> tuple[dict[str, Tensor], dict[str, str]]:
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
             meta = f.metadata() or {}
             return {k: f.get_tensor(k) for k in f.keys()}, meta  # noqa: SIM118
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"cannot read safetensors file {path}: {e}") from e
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], DiTConfig | None]:
-    """(state dict with released key names, config if the file records one).
+def read_checkpoint(
+    path: str | Path, device: torch.device | str = "cpu"
+) -> tuple[dict[str, Tensor], DiTConfig | None]:
+    """(state dict with released key names on `device`, config if the file records one).
 
     `path`: a .safetensors file (released keys, optional `diffusion_model.` prefix, or
     diffusers keys) or a diffusers folder (config.json + diffusion_pytorch_model*.safetensors).
@@ -56,13 +58,13 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], DiTConfig | No
             index = json.loads((path / DIFFUSERS_INDEX).read_text())
             sd: dict[str, Tensor] = {}
             for shard in sorted(set(index["weight_map"].values())):
-                sd.update(_read_safetensors(path / shard)[0])
+                sd.update(_read_safetensors(path / shard, device)[0])
         elif (path / DIFFUSERS_WEIGHTS).exists():
-            sd = _read_safetensors(path / DIFFUSERS_WEIGHTS)[0]
+            sd = _read_safetensors(path / DIFFUSERS_WEIGHTS, device)[0]
         else:
             raise CheckpointError(f"{path} has config.json but no {DIFFUSERS_WEIGHTS}")
     else:
-        sd, meta = _read_safetensors(path)
+        sd, meta = _read_safetensors(path, device)
         if CONFIG_KEY in meta:
             cfg = DiTConfig(**json.loads(meta[CONFIG_KEY]))
     if not sd:
@@ -174,12 +176,15 @@ def from_pretrained(
     """
     from krea2.dit.model import Krea2DiT
 
-    sd, file_cfg = read_checkpoint(path)
+    # Tensors are read straight onto `device` and cast one at a time, so at most one
+    # tensor exists twice; the model itself is built on meta and adopts them (assign).
+    sd, file_cfg = read_checkpoint(path, device)
     cfg = config or file_cfg or infer_config(sd)
     with torch.device("meta"):
         model = Krea2DiT(cfg)
     if dtype is not None:
-        sd = {k: v.to(dtype) for k, v in sd.items()}
+        for k in list(sd):
+            sd[k] = sd[k].to(dtype)
         model = model.to(dtype)
     else:
         dtypes = {v.dtype for v in sd.values()}
@@ -188,9 +193,8 @@ def from_pretrained(
         else:  # mixed checkpoints (e.g. bf16 matmuls, fp32 norms): adopt each tensor's dtype
             for name, p in model.named_parameters():
                 p.data = p.data.to(sd[name].dtype)
-    sd = {k: v.to(device) for k, v in sd.items()}
     load_weights(model, sd, assign=True)
-    return model.to(device).eval()
+    return model.eval()
 
 
 def save_weights(
