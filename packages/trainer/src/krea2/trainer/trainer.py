@@ -27,7 +27,7 @@ from krea2.trainer.build import (
     dit_config,
 )
 from krea2.trainer.captions import choose_captions
-from krea2.trainer.config import JobConfig, SpikeAction, StageConfig
+from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, all_reduce_sum, init_distributed
 from krea2.trainer.evaluate import eval_loss, sample_grid, save_grid, to_unit
@@ -215,6 +215,9 @@ class Trainer:
             else:
                 mgr.async_save(step, state, extra)
 
+        fp8_all_gather = (
+            stage.float8 is Float8Recipe.TENSORWISE and env.distributed and not stage.float8_emulate
+        )
         step = st.step
         last_saved = step - 1
         while step < stage.steps:
@@ -273,6 +276,12 @@ class Trainer:
                         opt.step()
                     for opt in optimizers:
                         opt.zero_grad(set_to_none=True)
+                    if fp8_all_gather:
+                        # float8 FSDP all-gathers need the new weights' scales, computed once
+                        # for all blocks instead of per all-gather.
+                        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+                        precompute_float8_dynamic_scale_for_fsdp(module.dit)
                 now = time.perf_counter()
                 out["step_time"] = now - t_prev
                 t_prev = now

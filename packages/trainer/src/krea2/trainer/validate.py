@@ -35,6 +35,11 @@ def parallel_degrees(cfg: JobConfig, world_size: int) -> tuple[int, int]:
     tp = cfg.parallel.tp
     if tp < 1:
         raise UserError(f"parallel.tp={tp} must be >= 1")
+    if cfg.parallel.dp == 0 and world_size % tp:
+        raise UserError(
+            f"parallel.tp={tp} does not divide the job's {world_size} rank(s); "
+            f"choose a tp that divides {world_size}"
+        )
     dp = cfg.parallel.dp or world_size // tp
     if dp * tp != world_size:
         raise UserError(

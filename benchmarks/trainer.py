@@ -1,0 +1,275 @@
+"""Trainer benchmarks: loop overhead vs the bare step, loader headroom, the 12B projection.
+
+    uv run --no-sync python benchmarks/trainer.py            # overhead, loader, projection
+    uv run --no-sync python benchmarks/trainer.py --proof 10 # + a 10-minute ShapesWorld run
+
+The bare step (forward + backward + AdamW of the same module on a fixed batch) and the full
+trainer step (shard reading and decoding, caption sampling, per-sample noise, clipping,
+guards, JSON-lines and Prometheus metrics, an async checkpoint every K steps) run in the
+same process, alternately, so machine load hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from report import table, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def toy_job(root: Path, steps: int, batch: int, every: int, workers: int) -> Path:
+    job = root / "job.toml"
+    job.write_text(f"""
+run_dir = "{root / "run"}"
+[text]
+max_tokens = 24
+[parallel]
+threads = 2
+[data]
+workers = {workers}
+[checkpoint]
+every = {every}
+keep_last = 2
+[observe]
+log_every = 1
+peak_tflops = 0.2
+[[stages]]
+name = "bench"
+data = ["{root / "shards"}"]
+steps = {steps}
+batch_size = {batch}
+[stages.schedule]
+warmup_steps = 5
+""")
+    return job
+
+
+def full_step_seconds(job: Path, skip: int) -> tuple[float, float]:
+    """(median, mean) seconds per trainer step after ``skip`` warm-up steps, from the
+    wall-clock stamps of consecutive metric rows (so data waits and saves are included)."""
+    from krea2.trainer.cli import run_job
+    from krea2.trainer.observe import read_metrics
+
+    run_job(job, [], resume=False)
+    rows = [r for r in read_metrics(job.parent / "run" / "metrics.jsonl") if r["kind"] == "train"]
+    stamps = [r["time"] for r in rows][skip:]
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+    return gaps[len(gaps) // 2], (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+
+
+def bare_step_seconds(job: Path, steps: int, skip: int) -> tuple[float, float]:
+    import torch
+
+    from krea2.trainer.build import build_module
+    from krea2.trainer.distributed import init_distributed
+    from krea2.trainer.jobfile import load_job
+
+    cfg = load_job(job)
+    stage = cfg.stages[0]
+    module = build_module(cfg, stage, init_distributed(cfg))
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
+    b = stage.batch_size
+    x, t = torch.randn(b, 3, 32, 32), torch.rand(b)
+    caps = ["a red circle in the top left"] * b
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        v, _ = module(x, t, caps)
+        v.square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= skip:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2], sum(times) / len(times)
+
+
+def loader_rate(shards: Path, batch: int, batches: int, workers: int) -> float:
+    from krea2.trainer.data import ShardIndex, batch_loader
+
+    index = ShardIndex(sorted(shards.glob("*.parquet")), batch, 0)
+    it = iter(batch_loader(index, 0, 1, 0, batches + 2, workers, 4))
+    next(it), next(it)  # worker start-up is not throughput
+    t0 = time.perf_counter()
+    n = sum(1 for _ in it)
+    return n / (time.perf_counter() - t0)
+
+
+def projection_rows() -> tuple[list[list], dict]:
+    from krea2.dit.config import get_config
+    from krea2.trainer.projection import Layout, project
+
+    cfg = get_config("krea2-12b")
+    rows, raw = [], {}
+    for dp, tp in ((128, 1), (64, 2), (32, 4)):
+        for ac in ("full", "selective"):
+            lay = Layout(dp=dp, tp=tp, global_batch=1024, image_tokens=4096, checkpointing=ac)
+            p = project(cfg, lay)
+            raw[f"dp{dp}_tp{tp}_{ac}"] = p.as_dict()
+            rows.append(
+                [
+                    f"{dp}x{tp}",
+                    ac,
+                    f"{p.train_flops_per_step / 1e15:.0f}",
+                    f"{p.params_gib:.2f}",
+                    f"{p.optimizer_gib:.2f}",
+                    f"{p.gathered_unit_gib:.2f}",
+                    f"{p.activations_gib:.1f}",
+                    f"{p.total_gib:.1f}",
+                    f"{p.step_seconds_at_mfu:.1f}",
+                ]
+            )
+    return rows, raw
+
+
+def proof(minutes: float, root: Path) -> dict:
+    """The ShapesWorld toy proof at the toy config, for ``minutes`` of training."""
+    spec = importlib.util.spec_from_file_location(
+        "shapes_proof", ROOT / "tests" / "test_trainer_on_shapes.py"
+    )
+    sp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sp)
+    from krea2.curate import shapes
+    from krea2.trainer.cli import run_job
+    from krea2.trainer.observe import read_metrics
+
+    held = sp.held_out_combos()
+    sp.write_shapes_shards(root / "train", sp.scenes(20000, 0, held, False), 32, 64, seed=0)
+    eval_scenes = sp.scenes(128, 1, held, True)
+    sp.write_shapes_shards(root / "eval", eval_scenes, 32, 64, seed=1)
+    prompt_scenes = eval_scenes[:32]
+    prompts = [shapes.captions(s)["medium"] for s in prompt_scenes]
+    # Step time measured on this machine decides the step count for the time budget.
+    steps = max(100, int(minutes * 60 / 0.4))
+    job = sp.proof_job(root, steps, 64, max(50, steps // 8), prompts, model="", sample_steps=20)
+    t0 = time.perf_counter()
+    run_job(job, [], False)
+    wall = time.perf_counter() - t0
+    rows = read_metrics(root / "run" / "metrics.jsonl")
+    evals = [(r["step"], round(r["eval_loss"], 4)) for r in rows if r["kind"] == "eval"]
+    return {
+        "steps": steps,
+        "minutes": wall / 60,
+        "eval_loss": evals,
+        "verifier": sp.score_samples(root / "run", prompt_scenes),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--every", type=int, default=10, help="async checkpoint interval")
+    ap.add_argument("--proof", type=float, default=0.0, help="minutes of ShapesWorld training")
+    args = ap.parse_args()
+    from krea2.trainer.testing import write_toy_shards
+
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_toy_shards(root / "shards", 2048, files=4, batch_size=args.batch, seed=0)
+        skip = 5
+        full, full_mean = full_step_seconds(
+            toy_job(root, args.steps, args.batch, args.every, 2), skip
+        )
+        bare, bare_mean = bare_step_seconds(root / "job.toml", args.steps, skip)
+        rate = loader_rate(root / "shards", args.batch, 40, workers=2)
+        results["overhead"] = {
+            "full_step_s_median": full,
+            "full_step_s_mean": full_mean,
+            "bare_step_s_median": bare,
+            "bare_step_s_mean": bare_mean,
+            "ratio_median": full / bare,
+            "ratio_mean": full_mean / bare_mean,
+            "target": 1.10,
+            "checkpoint_every": args.every,
+            "batch": args.batch,
+        }
+        results["loader"] = {
+            "batches_per_s_2_workers": rate,
+            "consumed_batches_per_s": 1 / full,
+            "headroom": rate * full,
+            "target": 2.0,
+        }
+        if args.proof:
+            results["proof"] = proof(args.proof, root / "proof")
+    rows, raw = projection_rows()
+    results["projection_krea2_12b_1024"] = raw
+    o, ld = results["overhead"], results["loader"]
+    md = [
+        "## Trainer (`benchmarks/trainer.py`)",
+        "",
+        f"Toy DiT (width 128, 4 blocks, 32x32 PixelAE, batch {args.batch}), one process, 2 threads.",
+        "",
+        table(
+            ["measure", "full trainer step", "bare fwd+bwd+AdamW", "ratio", "target"],
+            [
+                [
+                    "median s/step",
+                    f"{o['full_step_s_median']:.3f}",
+                    f"{o['bare_step_s_median']:.3f}",
+                    f"{o['ratio_median']:.2f}x",
+                    "<= 1.10x",
+                ],
+                [
+                    f"mean s/step (incl. async ckpt every {args.every})",
+                    f"{o['full_step_s_mean']:.3f}",
+                    f"{o['bare_step_s_mean']:.3f}",
+                    f"{o['ratio_mean']:.2f}x",
+                    "<= 1.10x",
+                ],
+            ],
+        ),
+        "",
+        table(
+            ["loader (2 decode workers)", "batches/s", "consumed batches/s", "headroom", "target"],
+            [
+                [
+                    "Parquet + PNG decode",
+                    f"{ld['batches_per_s_2_workers']:.1f}",
+                    f"{ld['consumed_batches_per_s']:.2f}",
+                    f"{ld['headroom']:.1f}x",
+                    ">= 2x",
+                ]
+            ],
+        ),
+        "",
+        "krea2-12b at 1024² (4096 image + 512 text tokens), global batch 1024, Muon, H200"
+        " (989 TFLOP/s bf16, 40% MFU assumed); memory per rank from `krea2.trainer.projection`:",
+        "",
+        table(
+            [
+                "dp x tp",
+                "AC",
+                "PFLOP/step",
+                "params GiB",
+                "optim GiB",
+                "gathered unit GiB",
+                "activations GiB",
+                "total GiB",
+                "s/step @40%",
+            ],
+            rows,
+        ),
+    ]
+    if "proof" in results:
+        p = results["proof"]
+        md += [
+            "",
+            f"ShapesWorld proof ({p['steps']} steps, {p['minutes']:.1f} min): held-out "
+            f"flow loss {p['eval_loss']}; verifier on held-out prompts {p['verifier']}",
+        ]
+    write_results("trainer", results, "\n".join(md))
+    print(json.dumps(results, indent=1)[:3000])
+
+
+if __name__ == "__main__":
+    main()
