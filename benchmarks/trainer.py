@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import table, write_results  # noqa: E402
+from report import table, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +62,7 @@ def full_step_seconds(job: Path, skip: int) -> tuple[float, float]:
     run_job(job, [], resume=False)
     rows = [r for r in read_metrics(job.parent / "run" / "metrics.jsonl") if r["kind"] == "train"]
     stamps = [r["time"] for r in rows][skip:]
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
     return gaps[len(gaps) // 2], (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
@@ -207,7 +208,8 @@ def main() -> None:
     md = [
         "## Trainer (`benchmarks/trainer.py`)",
         "",
-        f"Toy DiT (width 128, 4 blocks, 32x32 PixelAE, batch {args.batch}), one process, 2 threads.",
+        f"Toy DiT (width 128, 4 blocks, 32x32 PixelAE, batch {args.batch}), one process,"
+        " 2 threads.",
         "",
         table(
             ["measure", "full trainer step", "bare fwd+bwd+AdamW", "ratio", "target"],

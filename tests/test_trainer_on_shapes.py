@@ -7,6 +7,7 @@ Kept under 2 minutes; the longer run with its scores is ``benchmarks/trainer.py 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def test_toy_dit_learns_shapesworld_from_curate_shards(tmp_path):
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     evals = [r["eval_loss"] for r in rows if r["kind"] == "eval"]
     assert len(evals) == 4
-    assert all(b < a for a, b in zip(evals, evals[1:], strict=False)), evals  # steadily down
+    assert all(b < a for a, b in itertools.pairwise(evals)), evals  # steadily down
     assert evals[-1] < 0.7 * evals[0], evals
     scores = score_samples(tmp_path / "run", prompts_scenes)
     print("held-out eval loss", evals, "verifier", scores)

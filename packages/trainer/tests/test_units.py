@@ -121,3 +121,22 @@ def test_weighted_loss_ignores_padding_and_matches_global_mean():
     r0 = weighted_loss(per[:2], w[:2], w.sum(), dp=2)
     r1 = weighted_loss(per[2:], w[2:], w.sum(), dp=2)
     assert float((r0 + r1) / 2) == 2.0
+
+
+def test_latent_cache_encodes_each_key_once_and_evicts_the_oldest():
+    from krea2.trainer.cache import LatentCache
+
+    calls = []
+
+    def enc(x):
+        calls.append(x.shape[0])
+        return x * 2
+
+    cache = LatentCache(3)
+    x = torch.arange(4.0).view(4, 1, 1, 1)
+    assert torch.equal(cache.encode(["a", "b"], x[:2], enc), x[:2] * 2)
+    assert torch.equal(cache.encode(["b", "c"], x[1:3], enc), x[1:3] * 2)
+    assert calls == [2, 1] and cache.hits == 1
+    cache.encode(["d"], x[3:], enc)  # evicts "a", the least recently used
+    cache.encode(["a"], x[:1], enc)
+    assert calls == [2, 1, 1, 1]

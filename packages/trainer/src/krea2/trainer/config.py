@@ -212,6 +212,7 @@ class ObserveConfig:
 class DataConfig:
     workers: int = 2  # decode processes per rank; 0 decodes in the training process
     prefetch: int = 4  # batches each worker prepares ahead
+    cache_latents: int = 0  # frozen autoencoders: latents of this many samples kept (by key)
 
 
 @dataclass

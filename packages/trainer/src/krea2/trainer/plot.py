@@ -47,7 +47,10 @@ def plot_run(run_dir: Path, out: Path | None = None) -> tuple[Path, Path]:
         for kind, key in keys:
             for stage, (xs, ys) in _series(rows, kind, key).items():
                 label = f"{stage} {key}" if len(keys) > 1 else stage
-                ax.plot(xs, ys, lw=0.8, alpha=0.5 if key == "loss" else 1.0, label=label)
+                marker = "o" if len(xs) < 30 else None
+                ax.plot(
+                    xs, ys, lw=0.8, alpha=0.5 if key == "loss" else 1.0, label=label, marker=marker
+                )
                 if key == "loss" and len(ys) > 10:
                     k = max(1, len(ys) // 20)
                     smooth = [

@@ -26,6 +26,7 @@ from krea2.trainer.build import (
     check_bucket,
     dit_config,
 )
+from krea2.trainer.cache import LatentCache
 from krea2.trainer.captions import choose_captions
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
@@ -88,6 +89,7 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", write=self.env.is_main)
         self.ae = build_autoencoder(cfg.model.autoencoder, cfg.model.ae_factor, self.env.device)
         self.dcfg = dit_config(cfg)
+        self.latents = LatentCache(cfg.data.cache_latents)
         self._exporter = None
         if cfg.observe.prometheus_port is not None:
             from krea2.infra.metrics import start_exporter
@@ -325,7 +327,7 @@ class Trainer:
         )
         pixels = to_unit(batch["pixels"]).to(env.device)
         with torch.no_grad():
-            latents = self.ae.encode(pixels)
+            latents = self.latents.encode(batch["keys"], pixels, self.ae.encode)
         dtype = next(module.dit.parameters()).dtype
         latents = latents.to(dtype)
         tokens = (latents.shape[2] // self.dcfg.patch) * (latents.shape[3] // self.dcfg.patch)
