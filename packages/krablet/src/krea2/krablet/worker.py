@@ -116,7 +116,6 @@ class Worker:
         self._lock = threading.Lock()
         n = len(wh.cluster)
         self._backlog = [1.0] * n  # optimistic until measured
-        self._empty_sweeps = [0] * n
         self._labels = [(table, job, str(i)) for i in range(n)]
 
     # -- shard choice ------------------------------------------------------------------------
@@ -201,7 +200,6 @@ class Worker:
                 continue
             if not claim.rows:
                 self._backlog[shard] = 0.0
-                self._empty_sweeps[shard] += 1
                 if all(b == 0.0 for b in self._backlog):
                     if self._until_empty and self._queue_drained():
                         return
