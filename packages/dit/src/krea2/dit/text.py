@@ -120,7 +120,9 @@ class TextEncoder(nn.Module):
     def fingerprint(self) -> str:
         """Identifies the encoder for caching: architecture, taps, layout and weight checksum."""
         h = hashlib.sha256()
-        h.update(repr((self.model.config.to_json_string(), self.taps, self.max_length)).encode())
+        tc = self.model.config.text_config
+        arch = (tc.hidden_size, tc.num_hidden_layers, tc.vocab_size, tc.num_attention_heads)
+        h.update(repr((arch, self.taps, self.max_length, len(self.tokenizer))).encode())
         emb = self.model.get_input_embeddings().weight
         h.update(emb.detach().float().sum().cpu().numpy().tobytes())
         h.update(emb.detach().flatten()[:64].float().cpu().numpy().tobytes())
