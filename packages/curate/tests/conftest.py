@@ -12,12 +12,17 @@ import pytest
 from PIL import Image
 
 
-def _real_photo_paths() -> list[Path]:
-    import matplotlib
-    import skimage
-    import sklearn
+def _package_dir(name: str) -> Path:
+    """A package's directory, found without importing it (sklearn takes seconds to import)."""
+    import importlib.util
 
-    sk = Path(skimage.__file__).parent / "data"
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None, f"{name} is not installed"
+    return Path(spec.origin).parent
+
+
+def _real_photo_paths() -> list[Path]:
+    sk = _package_dir("skimage") / "data"
     names = [
         "astronaut.png",
         "chelsea.png",
@@ -39,8 +44,8 @@ def _real_photo_paths() -> list[Path]:
         "color.png",
     ]
     paths = [sk / n for n in names]
-    paths += sorted((Path(sklearn.__file__).parent / "datasets" / "images").glob("*.jpg"))
-    mpl = Path(matplotlib.get_data_path()) / "sample_data"
+    paths += sorted((_package_dir("sklearn") / "datasets" / "images").glob("*.jpg"))
+    mpl = _package_dir("matplotlib") / "mpl-data" / "sample_data"
     paths += [mpl / "grace_hopper.jpg", mpl / "Minduka_Present_Blue_Pack.png"]
     return [p for p in paths if p.exists()]
 

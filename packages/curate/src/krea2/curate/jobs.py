@@ -325,7 +325,12 @@ def concept_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         f.patch(
             TABLE,
             [
-                {"image_key": r["image_key"], "concept_share": v.share, "concept_keep": v.keep}
+                {
+                    "image_key": r["image_key"],
+                    "concept_share": v.share,
+                    "concept_keep": v.keep,
+                    "concept_over": v.overrepresented,
+                }
                 for r, v in zip(rows, verdicts, strict=True)
             ],
         )

@@ -1,0 +1,54 @@
+"""Ingest listing (directory, URI list, Parquet) and URI reading."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from krea2.curate.ingest import list_source
+from krea2.curate.storage import file_uri, read_uri, register_reader
+from krea2.infra.errors import UserError
+
+
+@pytest.fixture
+def tree(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/x.jpg", "a/b/y.PNG", "z.gif", "notes.txt"):
+        (tmp_path / name).write_bytes(name.encode())
+    return tmp_path
+
+
+def test_directory_listing_is_sorted_keyed_by_relative_path_and_image_only(tree):
+    rows = list(list_source(tree, "src"))
+    assert [r["image_key"] for r in rows] == ["src/a/b/y.PNG", "src/a/x.jpg", "src/z.gif"]
+    assert all(r["source"] == "src" and r["uri"].startswith("file://") for r in rows)
+    assert read_uri(rows[1]["uri"]) == b"a/x.jpg"
+    assert len(list(list_source(tree, "src", all_files=True))) == 4
+
+
+def test_uri_list_and_parquet_sources(tree, tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# comment\n{file_uri(tree / 'z.gif')}\na/x.jpg\n\n")
+    rows = list(list_source(listing, "l"))
+    assert [read_uri(r["uri"]) for r in rows] == [b"z.gif", b"a/x.jpg"]
+    table = pa.table({"key": ["k1", "k2"], "path": [str(tree / "z.gif"), str(tree / "a/x.jpg")]})
+    pq.write_table(table, tmp_path / "src.parquet")
+    rows = list(list_source(tmp_path / "src.parquet", "pq"))
+    assert [r["image_key"] for r in rows] == ["pq/k1", "pq/k2"]
+    assert read_uri(rows[1]["uri"]) == b"a/x.jpg"
+
+
+def test_bad_sources_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        list_source(tmp_path / "missing", "x")
+    pq.write_table(pa.table({"name": ["a"]}), tmp_path / "bad.parquet")
+    with pytest.raises(UserError, match="no URI column"):
+        list(list_source(tmp_path / "bad.parquet", "x"))
+    with pytest.raises(UserError, match="no reader for URI scheme 'gs'"):
+        read_uri("gs://bucket/key.jpg")
+
+
+def test_registered_schemes_are_read_through_their_reader():
+    register_reader("mem", lambda uri: uri.encode())
+    assert read_uri("mem://abc") == b"mem://abc"
