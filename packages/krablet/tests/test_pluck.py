@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
+from krea2.infra.errors import UserError
 from krea2.krablet import Table, Warehouse, pluck
 
 PICS = Table(
@@ -63,7 +65,7 @@ def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(c
     h = t.map(area, batch_size=100, rows_per_task=300)
     h2 = pluck.Table("pics", key="pic", cluster=wh).map(Labeler, batch_size=200)
     # a job signed with another secret, as if injected by someone without the cluster file
-    forged = Warehouse(type(cluster)(cluster.shards, secret="not-the-secret"), wh.tables.values())
+    forged = Warehouse(type(cluster)(cluster.shards, secret="a-different-secret-0123456789"), wh.tables.values())
     bad = pluck.Table("pics", key="pic", cluster=forged).map(lambda rows: 1 / 0)
     assert h.progress().tasks > 4  # the keyspace was split into several ranges per shard
     procs = workers(path)
@@ -84,3 +86,11 @@ def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(c
     assert not bad.progress().finished
     bad.cancel()
     assert bad.wait(timeout=5).status == "cancelled"
+
+
+def test_pluck_refuses_to_sign_or_run_without_a_real_secret(cluster):
+    wh = Warehouse(type(cluster)(cluster.shards, secret=""), [PICS])
+    with pytest.raises(UserError, match="secret"):
+        pluck.Table("pics", cluster=wh).map(area)
+    with pytest.raises(UserError, match="secret"):
+        pluck.PluckWorker(wh)

@@ -86,6 +86,17 @@ def _job_signature(
     return sign(secret, job_id, table, where or "", str(batch), fn)
 
 
+def require_secret(wh: Warehouse) -> str:
+    """The cluster secret, refusing one too short to sign code with."""
+    secret = wh.cluster.secret or ""
+    if len(secret) < 16:
+        raise UserError(
+            "pluck needs the cluster's secret (at least 16 characters) to sign and verify jobs: "
+            "use the cluster file written by `krea2 krablet up`, or set KRABLET_SECRET"
+        )
+    return secret
+
+
 def ensure_schema(wh: Warehouse) -> None:
     for i in range(len(wh.cluster)):
         with wh.cluster.pool(i).connection() as conn, conn.transaction():
@@ -182,6 +193,7 @@ class Table:
     ) -> Handle:
         """Queue ``fn`` over the table; returns a :class:`Handle`. ``fn`` may be a class with
         ``setup()`` and ``__call__(rows)``, instantiated once per worker."""
+        require_secret(self.wh)
         ensure_schema(self.wh)
         job_id = f"p{int(time.time())}-{secrets.token_hex(4)}"
         blob = _dumps(fn)
@@ -317,6 +329,7 @@ class PluckWorker:
     """Claims pluck ranges from every shard and runs their (verified) functions."""
 
     def __init__(self, wh: Warehouse, concurrency: int = 1, poll_s: float = 0.2) -> None:
+        require_secret(wh)
         self.wh, self.concurrency, self.poll_s = wh, concurrency, poll_s
         self.owner = f"pluck-{secrets.token_hex(4)}"
         self._stop = threading.Event()
