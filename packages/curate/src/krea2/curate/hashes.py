@@ -68,6 +68,34 @@ def _phash_from_grey(grey: Image.Image, hash_size: int) -> np.ndarray:
 _HUE_BIN = np.minimum(np.searchsorted(np.linspace(0, 255, 7), np.arange(256), "right") - 1, 5)
 
 
+# Saturation classes: 1 grey (s < 85), 2 faint (85 ≤ s < 170), 4 exactly 170 (in neither
+# colour bin, as in imagehash), 3 bright (s > 170); class 0 is black (luma < 32).
+_SAT_CLASS = np.select(
+    [np.arange(256) < 85, np.arange(256) < 170, np.arange(256) == 170], [1, 2, 4], 3
+).astype(np.int32)
+
+
+def _colorhash_from(luma: np.ndarray, hsv: np.ndarray, binbits: int) -> np.ndarray:
+    """colorhash from Pillow's (h, w) luma and (h, w, 3) HSV of the same pixels."""
+    hue = hsv[:, :, 0].ravel().astype(np.int32)
+    cls = np.where(luma.ravel() < 32, 0, _SAT_CLASS[hsv[:, :, 1].ravel()])
+    # One pass: counts per (class, hue), then the hue counts grouped into the 6 bins.
+    counts = np.bincount(cls * 256 + hue, minlength=5 * 256).reshape(5, 256)
+    binned = np.zeros((5, 6), np.int64)
+    np.add.at(binned, (slice(None), _HUE_BIN), counts)
+    n = luma.size
+    coloured = max(1, int(counts[2:].sum()))
+    top = 2**binbits
+    fractions = [counts[0].sum() / n, counts[1].sum() / n]
+    fractions += list(binned[2] / coloured) + list(binned[3] / coloured)
+    values = [min(top - 1, int(f * top)) for f in fractions]
+    bits = [
+        [(v // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0 for i in range(binbits)]
+        for v in values
+    ]
+    return np.asarray(bits, dtype=bool)
+
+
 def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     """Colour hash of (h, w, 3) uint8 RGB pixels → (14, binbits) bool.
 
@@ -77,26 +105,7 @@ def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     v = min(2^binbits − 1, ⌊f·2^binbits⌋) and written with imagehash's bit code.
     """
     img = Image.fromarray(pixels)
-    luma = np.asarray(img.convert("L")).ravel()
-    hsv = np.asarray(img.convert("HSV"))
-    hue, sat = hsv[:, :, 0].ravel(), hsv[:, :, 1].ravel()
-    black = luma < 32
-    grey = sat < 85
-    colour = ~black & ~grey
-    n = luma.size
-    coloured = max(1, int(colour.sum()))
-    # s == 170 exactly falls in neither colour bin, as in imagehash.
-    faint = np.bincount(_HUE_BIN[hue[colour & (sat < 170)]], minlength=6)
-    bright = np.bincount(_HUE_BIN[hue[colour & (sat > 170)]], minlength=6)
-    top = 2**binbits
-    fractions = [black.sum() / n, (~black & grey).sum() / n]
-    fractions += list(faint / coloured) + list(bright / coloured)
-    values = [min(top - 1, int(f * top)) for f in fractions]
-    bits = [
-        [(v // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0 for i in range(binbits)]
-        for v in values
-    ]
-    return np.asarray(bits, dtype=bool)
+    return _colorhash_from(np.asarray(img.convert("L")), np.asarray(img.convert("HSV")), binbits)
 
 
 HUE_BINS = 18
@@ -139,10 +148,12 @@ def hue_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def image_hashes(pixels: np.ndarray) -> dict[str, bytes]:
     """All perceptual hashes of one decode: phash8 (8 B), phash12 (18 B), colorhash (42 bits
     padded to 6 B), huehist (19 B). The grey conversion is shared between the two phashes."""
-    grey = _grey(pixels)
+    img = Image.fromarray(pixels)
+    grey = img.convert("L")  # shared by both phashes and colorhash
+    colour = _colorhash_from(np.asarray(grey), np.asarray(img.convert("HSV")), 3)
     return {
         "phash8": pack_bits(_phash_from_grey(grey, 8)),
         "phash12": pack_bits(_phash_from_grey(grey, 12)),
-        "colorhash": pack_bits(colorhash_bits(pixels)),
+        "colorhash": pack_bits(colour),
         "huehist": hue_histogram(pixels),
     }
