@@ -39,6 +39,7 @@ _spec.loader.exec_module(report)
 table, write_results = report.table, report.write_results
 
 IMPLS = ("ours", "diffusers")
+MEMORY_IMPLS = ("ours", "ours-packed", "diffusers")
 
 
 def build(args, impl: str, device: str, dtype: torch.dtype):
@@ -49,7 +50,7 @@ def build(args, impl: str, device: str, dtype: torch.dtype):
     dconf = {k: v for k, v in to_diffusers_config(cfg).items() if not k.startswith("_")}
     ref = Krea2Transformer2DModel(**dconf)
     randomize(ref, seed=0, std=0.02)
-    if impl == "ours":
+    if impl.startswith("ours"):
         model = Krea2DiT(cfg)
         model.load_state_dict(diffusers_to_krea(ref.state_dict()))
         del ref
@@ -58,7 +59,11 @@ def build(args, impl: str, device: str, dtype: torch.dtype):
     model = model.to(device=device, dtype=dtype).train()
     grid = (args.image_tokens // 32, 32)
     img, txt, t, pos, mask = make_inputs(
-        cfg, batch=args.batch, text_len=args.text_tokens, grid=grid, pad=(args.text_tokens // 4,)
+        cfg,
+        batch=args.batch,
+        text_len=args.text_tokens,
+        grid=grid,
+        pad=(int(args.text_tokens * args.pad_frac),),
     )
     img, txt = img.to(device, dtype), txt.to(device, dtype)
     t, pos, mask = t.to(device), pos.to(device), mask.to(device)
@@ -67,6 +72,11 @@ def build(args, impl: str, device: str, dtype: torch.dtype):
 
         def fwd(m):
             return m(img, txt, t, pos, mask)
+
+    elif impl == "ours-packed":
+
+        def fwd(m):
+            return m(img, txt, t, pos, mask, pack_text=True)
     else:
 
         def fwd(m):
@@ -143,13 +153,15 @@ def main() -> None:
     p.add_argument("--config", default="bench-512")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--text-tokens", type=int, default=256)
+    p.add_argument("--pad-frac", type=float, default=0.25, help="share of text padded")
     p.add_argument("--image-tokens", type=int, default=1024)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-compile", action="store_true")
-    p.add_argument("--child-peak", choices=IMPLS, help=argparse.SUPPRESS)
+    p.add_argument("--area", default="dit", help="results name / docs section")
+    p.add_argument("--child-peak", choices=MEMORY_IMPLS, help=argparse.SUPPRESS)
     args = p.parse_args()
     args.dtype_name = {"fp32": "float32", "bf16": "bfloat16"}[args.dtype]
     torch.set_num_threads(args.threads)
@@ -158,7 +170,7 @@ def main() -> None:
         return
     device, dtype = args.device, getattr(torch, args.dtype_name)
 
-    variants = [(impl, False) for impl in IMPLS]
+    variants = [(impl, False) for impl in IMPLS] + [("ours-packed", False)]
     if not args.no_compile:
         variants += [(impl, True) for impl in IMPLS]
     models, steps, compile_s = {}, {}, {}
@@ -204,8 +216,8 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
 
-    peaks = {impl: peak_memory(args, impl) for impl in IMPLS}
-    saved = {impl: saved_bytes(*models[impl]) for impl in IMPLS}
+    peaks = {impl: peak_memory(args, impl) for impl in MEMORY_IMPLS}
+    saved = {impl: saved_bytes(*models[impl]) for impl in MEMORY_IMPLS}
     on_cpu = device == "cpu"
     primary = cpu if on_cpu else times  # GPU: wall time (after synchronize) is the measure
     base = min(primary["diffusers eager"])
@@ -223,13 +235,14 @@ def main() -> None:
     mem_rows = [
         [impl, f"{peaks[impl] / 2**20:.0f}", f"{saved[impl] / 2**20:.0f}",
          f"{peaks[impl] / peaks['diffusers']:.2f}x"]
-        for impl in IMPLS
+        for impl in MEMORY_IMPLS
     ]  # fmt: skip
     cfg = get_config(args.config)
     shape = (
         f"config `{args.config}` (width {cfg.width}, {cfg.depth} blocks, GQA {cfg.heads}/"
         f"{cfg.kv_heads}), batch {args.batch}, {args.text_tokens} text + {args.image_tokens} "
-        f"image tokens (25% of text padded), {args.dtype} on {device}, {args.threads} threads"
+        f"image tokens ({args.pad_frac:.0%} of text padded), {args.dtype} on {device}, "
+        f"{args.threads} threads"
     )
     md = "\n\n".join(
         [
@@ -253,11 +266,13 @@ def main() -> None:
             table(
                 ["impl", "peak step MiB", "saved for backward MiB", "peak vs diffusers"], mem_rows
             ),
+            "`ours-packed`: `pack_text=True` drops padded text tokens before the blocks "
+            "(exact up to rounding). "
             "Errors are max |a - b| / max |b| against diffusers eager with identical weights. "
             "CPU peak = peak RSS of one step in a fresh process above its pre-step RSS.",
         ]
     )
-    write_results("dit", {"shape": shape, "times": res, "peak_bytes": peaks,
+    write_results(args.area, {"shape": shape, "times": res, "peak_bytes": peaks,
                           "saved_bytes": saved}, md)  # fmt: skip
     print(md)
     print(json.dumps(res, indent=1))

@@ -93,3 +93,25 @@ def test_gradients_match_diffusers(tiny_cfg):
     gref = diffusers_to_krea({k: p.grad for k, p in ref.named_parameters()})
     for k, p in ours.named_parameters():
         assert rel_err(p.grad, gref[k]) <= 1e-4, k
+
+
+def test_packing_text_drops_padding_without_changing_the_output():
+    cfg = get_config("tiny", timestep_tokens=0)
+    ours, ref = pair(cfg)
+    img, txt, t, pos, mask = make_inputs(cfg, batch=3, text_len=9, pad=(0, 4, 6))
+    with torch.no_grad():
+        want = ref(img, txt, t, pos, encoder_attention_mask=mask, return_dict=False)[0]
+        got = ours(img, txt, t, pos, mask, pack_text=True)
+    assert rel_err(got, want) <= 1e-5
+
+
+def test_packed_text_keeps_valid_tokens_in_order():
+    from krea2.dit.model import pack_valid_text
+
+    txt = torch.arange(2 * 5, dtype=torch.float32).view(2, 5, 1, 1)
+    mask = torch.tensor([[1, 0, 1, 0, 1], [0, 0, 1, 1, 0]], dtype=torch.bool)
+    pos = torch.arange(7 * 3, dtype=torch.float32).view(7, 3)
+    p_txt, p_mask, p_pos = pack_valid_text(txt, mask, pos)
+    assert p_txt.flatten(1).tolist() == [[0, 2, 4], [7, 8, 5]]
+    assert p_mask.tolist() == [[True, True, True], [True, True, False]]
+    assert p_pos.shape == (2, 5, 3) and torch.equal(p_pos[:, 3:], pos[None, 5:].expand(2, -1, -1))

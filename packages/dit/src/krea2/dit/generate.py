@@ -101,8 +101,12 @@ def generate(
     if cfg != 0:
         neg_txt, neg_mask = encoder.encode([negative])
         neg_txt, neg_mask = neg_txt.to(device, dtype), neg_mask.to(device)
+
+    def velocity(x, txt, t, mask):  # eager inference: skip padded text tokens
+        return model.velocity(x, txt, t, mask, pack_text=True)
+
     latents = euler_sample(
-        model.velocity, noise, times, txt.to(device, dtype), mask.to(device), cfg=cfg,
+        velocity, noise, times, txt.to(device, dtype), mask.to(device), cfg=cfg,
         neg_txt=neg_txt, neg_mask=neg_mask,
     )  # fmt: skip
     return ae.decode(latents)

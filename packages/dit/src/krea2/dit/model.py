@@ -79,6 +79,7 @@ class Krea2DiT(nn.Module):
         t: Tensor,
         pos: Tensor,
         txt_mask: Tensor | None = None,
+        pack_text: bool = False,
     ) -> Tensor:
         """Velocity for packed image tokens.
 
@@ -86,8 +87,16 @@ class Krea2DiT(nn.Module):
         tapped encoder states; t [B] flow time in [0, 1] (1 = noise); pos [T+N, 3] or
         [B, T+N, 3] RoPE positions (image_positions()); txt_mask bool [B, T] (True = valid
         token) or None for all valid. Returns [B, N, in_channels] in img's dtype.
+
+        pack_text: drop padded text tokens first (valid ones keep their order, rows are
+        padded to the batch's longest prompt). Same result up to float rounding, since
+        padded tokens are never keys and their outputs are discarded; it costs one host
+        sync and gives data-dependent shapes, so it is off by default (use it in eager
+        inference or with `torch.compile(dynamic=True)`).
         """
         self._check_inputs(img, txt, t, pos, txt_mask)
+        if pack_text and txt_mask is not None:
+            txt, txt_mask, pos = pack_valid_text(txt, txt_mask, pos)
         b, n, _ = img.shape
         tlen = txt.shape[1]
         dtype = img.dtype
@@ -122,7 +131,12 @@ class Krea2DiT(nn.Module):
         return out
 
     def velocity(
-        self, latents: Tensor, txt: Tensor, t: Tensor, txt_mask: Tensor | None = None
+        self,
+        latents: Tensor,
+        txt: Tensor,
+        t: Tensor,
+        txt_mask: Tensor | None = None,
+        pack_text: bool = False,
     ) -> Tensor:
         """Velocity for unpacked latents [B, C, H, W] (H, W divisible by patch) -> [B, C, H, W]."""
         cfg = self.cfg
@@ -140,7 +154,7 @@ class Krea2DiT(nn.Module):
                 f"choose an image size that is a multiple of patch x autoencoder factor"
             )
         pos = image_positions(txt.shape[1], h // cfg.patch, w // cfg.patch, device=latents.device)
-        v = self(patchify(latents, cfg.patch), txt, t, pos, txt_mask)
+        v = self(patchify(latents, cfg.patch), txt, t, pos, txt_mask, pack_text=pack_text)
         return unpatchify(v, cfg.patch, h, w)
 
     def _check_inputs(self, img, txt, t, pos, txt_mask) -> None:
@@ -173,6 +187,22 @@ class Krea2DiT(nn.Module):
                 f"img dtype {img.dtype} differs from the model's {wdtype}; "
                 f"cast the input or the model (model.to(dtype))"
             )
+
+
+def pack_valid_text(txt: Tensor, mask: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Move valid text tokens to the front (stable) and cut T to the longest prompt.
+
+    txt [B, T, taps, C], mask [B, T], pos [T+N, 3] or [B, T+N, 3] -> the same with T' <= T
+    (pos becomes [B, T'+N, 3]).
+    """
+    b, t = mask.shape
+    keep = max(int(mask.sum(1).max()), 1)
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :keep]
+    txt = txt.gather(1, order[:, :, None, None].expand(-1, -1, *txt.shape[2:]))
+    mask = mask.gather(1, order)
+    pos = pos.expand(b, *pos.shape[-2:]) if pos.ndim == 2 else pos
+    text_pos = pos[:, :t].gather(1, order[:, :, None].expand(-1, -1, pos.shape[-1]))
+    return txt, mask, torch.cat([text_pos, pos[:, t:]], dim=1)
 
 
 def _append_zero_positions(pos: Tensor, n: int) -> Tensor:
