@@ -65,7 +65,8 @@ def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(c
     h = t.map(area, batch_size=100, rows_per_task=300)
     h2 = pluck.Table("pics", key="pic", cluster=wh).map(Labeler, batch_size=200)
     # a job signed with another secret, as if injected by someone without the cluster file
-    forged = Warehouse(type(cluster)(cluster.shards, secret="a-different-secret-0123456789"), wh.tables.values())
+    other = type(cluster)(cluster.shards, secret="a-different-secret-0123456789")
+    forged = Warehouse(other, wh.tables.values())
     bad = pluck.Table("pics", key="pic", cluster=forged).map(lambda rows: 1 / 0)
     assert h.progress().tasks > 4  # the keyspace was split into several ranges per shard
     procs = workers(path)
