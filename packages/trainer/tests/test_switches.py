@@ -112,3 +112,14 @@ def test_irepa_aligns_then_switches_off_and_is_not_exported(write_job, tmp_path)
     with safe_open(str(out), "pt") as f:
         keys = list(f.keys())
     assert keys and not any("irepa" in k or k.startswith("text.") for k in keys)
+
+
+def test_meta_init_materialises_every_parameter_and_trains(write_job):
+    cfg = load_config(JobConfig, write_job(), ["model.init_device=meta"])
+    module = build_module(cfg, cfg.stages[0], init_distributed(cfg))
+    params = list(module.parameters())
+    assert all(p.device.type == "cpu" and torch.isfinite(p).all() for p in params)
+    assert any(p.abs().sum() > 0 for p in module.dit.blocks[0].attn.wq.parameters())
+    loss = _step(module)
+    loss.backward()
+    assert torch.isfinite(loss)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -85,6 +86,7 @@ def dit_config(cfg: JobConfig):
 def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModule:
     """Seeded build (every layout starts from identical weights), then float8 -> TP -> AC ->
     compile -> FSDP (each unit, then the root)."""
+    from krea2.dit.flops import param_count
     from krea2.dit.model import Krea2DiT
     from krea2.dit.parallel import fsdp_units
     from krea2.trainer import parallelize as par
@@ -92,21 +94,36 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     from krea2.trainer.text import build_text
 
     dcfg = dit_config(cfg)
+    meta = cfg.model.init_device == "meta" or (
+        cfg.model.init_device == "auto" and param_count(dcfg) > 2_000_000_000
+    )
+    weights_file = stage.init_from not in ("previous", "none") and Path(stage.init_from).is_file()
+    if weights_file and meta:
+        raise UserError(
+            f"stage {stage.name!r}: init_from a weights file needs model.init_device = 'cpu'; "
+            "for meta init pass a checkpoint directory (DCP reshards it)"
+        )
     torch.manual_seed(cfg.seed)
-    dit = Krea2DiT(dcfg)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        dit = Krea2DiT(dcfg)
     text = build_text(cfg.text, dcfg, cfg.seed)
     head = None
     if stage.irepa.steps > 0:
         head = IrepaHead(dcfg.width, irepa_encoder_dim(stage))
-    if stage.init_from not in ("previous", "none") and Path(stage.init_from).is_file():
+    if weights_file and not meta:
         from krea2.dit.weights import load_weights
 
         load_weights(dit, stage.init_from)
     dtype = getattr(torch, cfg.model.dtype)
-    if not env.distributed:
+    if not env.distributed and not meta:
         dit.to(dtype)
     par.apply_float8(dit, stage.float8, stage.float8_emulate, fsdp=env.distributed)
-    module = TrainModule(dit, text, head).to(env.device)
+    text.to(env.device)
+    if head is not None:
+        head.to(env.device)
+    if not meta:
+        dit.to(env.device)
+    module = TrainModule(dit, text, head)
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
     par.apply_ac(dit, stage.checkpointing)
@@ -117,6 +134,15 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         units = [*fsdp_units(dit), text] + ([head] if head is not None else [])
         units = [u for u in units if any(p.requires_grad for p in u.parameters())]
         par.apply_fsdp(units, module, env.mesh["dp"], param_dtype)
+    if meta:
+        # Materialise the (sharded) parameters on the device and initialise them there;
+        # random init of DTensors draws each shard from its slice of one global stream.
+        dit.to_empty(device=env.device)
+        torch.manual_seed(cfg.seed)
+        with torch.no_grad():
+            dit.init_weights()
+        if not env.distributed:
+            dit.to(dtype)
     return module
 
 

@@ -53,6 +53,8 @@ class ModelConfig:
     autoencoder: str = "pixel"  # "pixel" (PixelAE, the toy) or "qwen-image:/path", "flux2:/path"
     ae_factor: int = 1  # PixelAE space-to-depth factor
     dtype: str = "float32"  # param dtype on one device; bf16 mixed precision comes from FSDP
+    init_device: str = "auto"  # "cpu": seeded CPU build; "meta": build on meta, shard, then
+    # init on the device (no full copy in host memory); "auto": meta above 2B parameters
 
 
 @dataclass

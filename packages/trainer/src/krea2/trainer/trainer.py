@@ -112,11 +112,15 @@ class Trainer:
                     f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
                     "or choose another run_dir"
                 )
+        todo = [(i, s) for i, s in enumerate(self.cfg.stages) if not self._done_marker(s).exists()]
         for i, stage in enumerate(self.cfg.stages):
-            if self._done_marker(stage).exists():
+            if (i, stage) not in todo:
                 log.info("stage %s already finished; skipping", stage.name)
-                continue
-            self.run_stage(i, stage)
+        # Index every remaining stage's shards first: a broken shard or a bucket the model
+        # cannot patchify fails now, not hours later when its stage begins.
+        indexes = {i: self._indexes(i, s) for i, s in todo}
+        for i, stage in todo:
+            self.run_stage(i, stage, *indexes[i])
         if self._exporter is not None:
             self._exporter.close()
 
@@ -159,15 +163,14 @@ class Trainer:
         set_model_state_dict(module, wanted, options=StateDictOptions(strict=False))
         log.info("stage %s starts from %s", stage.name, source)
 
-    def run_stage(self, i: int, stage: StageConfig) -> None:
-        cfg, env = self.cfg, self.env
+    def _indexes(self, i: int, stage: StageConfig) -> tuple[ShardIndex, ShardIndex | None]:
         index = ShardIndex(
             resolve_files(stage.data, f"stage {stage.name!r} data"),
             stage.batch_size,
-            cfg.seed + 1000 * i,
+            self.cfg.seed + 1000 * i,
             shuffle=stage.shuffle,
         )
-        factor = cfg.model.ae_factor * self.dcfg.patch
+        factor = self.cfg.model.ae_factor * self.dcfg.patch
         for ref in {b.bucket: b for b in index.batches}.values():
             check_bucket(ref.size, factor, f"stage {stage.name!r}")
         eval_index = None
@@ -175,6 +178,13 @@ class Trainer:
             eval_index = ShardIndex(
                 resolve_files(stage.eval_data, "eval_data"), stage.batch_size, 0, shuffle=False
             )
+        return index, eval_index
+
+    def run_stage(
+        self, i: int, stage: StageConfig, index: ShardIndex, eval_index: ShardIndex | None
+    ) -> None:
+        cfg, env = self.cfg, self.env
+        factor = cfg.model.ae_factor * self.dcfg.patch
         module = build_module(cfg, stage, env)
         lr = stage.lr if stage.lr is not None else cfg.optimizer.lr
         trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
