@@ -123,7 +123,7 @@ def test_unknown_stage_and_tagger_are_user_errors(cluster_file):
 
 
 def test_a_worker_killed_mid_batch_loses_nothing(tmp_path, cluster_file):
-    directory = _pool_dir(tmp_path, n_clean=60, n_per_defect=0, n_overrepresented=0)
+    directory = _pool_dir(tmp_path, n_clean=40, n_per_defect=0, n_overrepresented=0)
     c = str(cluster_file)
     _invoke("ingest", str(directory), "--name", "pool", "--cluster", c)
     total = len(list(directory.glob("*.jpg"))) + len(list(directory.glob("*.png")))
