@@ -1,7 +1,7 @@
 """Trainer benchmarks: loop overhead vs the bare step, loader headroom, the 12B projection.
 
     uv run --no-sync python benchmarks/trainer.py            # overhead, loader, projection
-    uv run --no-sync python benchmarks/trainer.py --proof 10 # + a 10-minute ShapesWorld run
+    uv run --no-sync python benchmarks/trainer.py --proof 1800  # + a ShapesWorld run of 1800 steps
 
 The bare step (forward + backward + AdamW of the same module on a fixed batch) and the full
 trainer step (shard reading and decoding, caption sampling, per-sample noise, clipping,
@@ -20,10 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from report import table, write_results
+# Python puts this script's folder first on sys.path, where benchmarks/queue.py would shadow
+# the standard library's queue (used by torch's DataLoader); drop it and load report by path.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+_spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
+_report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_report)
+table, write_results = _report.table, _report.write_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = HERE.parent
 
 
 def toy_job(root: Path, steps: int, batch: int, every: int, workers: int) -> Path:
@@ -131,8 +137,8 @@ def projection_rows() -> tuple[list[list], dict]:
     return rows, raw
 
 
-def proof(minutes: float, root: Path) -> dict:
-    """The ShapesWorld toy proof at the toy config, for ``minutes`` of training."""
+def proof(steps: int, root: Path) -> dict:
+    """The ShapesWorld toy proof at the toy config (batch 64), for ``steps`` steps."""
     spec = importlib.util.spec_from_file_location(
         "shapes_proof", ROOT / "tests" / "test_trainer_on_shapes.py"
     )
@@ -148,8 +154,6 @@ def proof(minutes: float, root: Path) -> dict:
     sp.write_shapes_shards(root / "eval", eval_scenes, 32, 64, seed=1)
     prompt_scenes = eval_scenes[:32]
     prompts = [shapes.captions(s)["medium"] for s in prompt_scenes]
-    # Step time measured on this machine decides the step count for the time budget.
-    steps = max(100, int(minutes * 60 / 0.4))
     job = sp.proof_job(root, steps, 64, max(50, steps // 8), prompts, model="", sample_steps=20)
     t0 = time.perf_counter()
     run_job(job, [], False)
@@ -169,7 +173,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--every", type=int, default=10, help="async checkpoint interval")
-    ap.add_argument("--proof", type=float, default=0.0, help="minutes of ShapesWorld training")
+    ap.add_argument("--proof", type=int, default=0, help="steps of ShapesWorld training (0: skip)")
     args = ap.parse_args()
     from krea2.trainer.testing import write_toy_shards
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,7 @@ class Trainer:
         self.resume = resume
         self.env: DistEnv = init_distributed(cfg)
         if cfg.parallel.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it
             torch.use_deterministic_algorithms(True)
         if cfg.parallel.threads:
             torch.set_num_threads(cfg.parallel.threads)
@@ -105,7 +107,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
-        if not self.resume and self.env.is_main:
+        if not self.resume:  # every rank checks, so none waits in a collective for rank 0
             existing = list((self.run_dir / "checkpoints").glob("*/step-*"))
             if existing:
                 raise UserError(
