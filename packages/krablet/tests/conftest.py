@@ -53,28 +53,6 @@ def make_cluster(pg_servers: list[str], n: int) -> Cluster:
 
 
 @pytest.fixture
-def cluster(pg_servers):
-    """Two shards, empty databases."""
-    c = make_cluster(pg_servers, 2)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def cluster1(pg_servers):
-    c = make_cluster(pg_servers, 1)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def cluster3(pg_servers):
-    c = make_cluster(pg_servers, 3)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def cluster_factory(pg_servers):
     """``cluster_factory(n)``: a fresh n-shard cluster, closed after the test."""
     made: list[Cluster] = []
@@ -86,3 +64,19 @@ def cluster_factory(pg_servers):
     yield factory
     for c in made:
         c.close()
+
+
+@pytest.fixture
+def cluster(cluster_factory) -> Cluster:
+    """Two shards, empty databases."""
+    return cluster_factory(2)
+
+
+@pytest.fixture
+def cluster1(cluster_factory) -> Cluster:
+    return cluster_factory(1)
+
+
+@pytest.fixture
+def cluster3(cluster_factory) -> Cluster:
+    return cluster_factory(3)
