@@ -53,8 +53,10 @@ class OcrResult:
         if not self.lines:
             return 0.0
         mask = np.zeros((self.height, self.width), np.uint8)
-        polys = [np.rint(line.box).astype(np.int32) for line in self.lines]
-        cv2.fillPoly(mask, polys, 1)
+        for line in self.lines:
+            # One polygon per call: fillPoly with several polygons fills their overlaps
+            # by the even-odd rule, i.e. not at all.
+            cv2.fillPoly(mask, [np.rint(line.box).astype(np.int32)], 1)
         return cv2.countNonZero(mask) / mask.size
 
     @property
