@@ -52,3 +52,27 @@ def test_bad_sources_are_user_errors(tmp_path):
 def test_registered_schemes_are_read_through_their_reader():
     register_reader("mem", lambda uri: uri.encode())
     assert read_uri("mem://abc") == b"mem://abc"
+
+
+def test_parquet_with_image_bytes_is_read_in_place(tmp_path):
+    import numpy as np
+
+    from krea2.curate.config import CurateConfig
+    from krea2.curate.jobs import analyze_uri
+    from krea2.curate.shapes import render, sample_scene
+    from krea2.curate.shapes.defects import encode
+
+    rng = np.random.default_rng(0)
+    images = [encode(render(sample_scene(rng), 300, 300), "png") for _ in range(5)]
+    raw = pa.table({"image": pa.array(images, pa.binary())})
+    pq.write_table(raw, tmp_path / "raw.parquet", row_group_size=2)
+    hf = pa.table({"image": [{"bytes": b, "path": None} for b in images]})
+    pq.write_table(hf, tmp_path / "hf.parquet", row_group_size=2)
+    for name in ("raw", "hf"):
+        rows = list(list_source(tmp_path / f"{name}.parquet", name))
+        assert [r["image_key"] for r in rows] == [f"{name}/{i:09d}" for i in range(5)]
+        assert [read_uri(r["uri"]) for r in rows] == images
+    result = analyze_uri((rows[3]["uri"], CurateConfig()))
+    assert result["width"] == 300 and result["reject"] is None
+    with pytest.raises(UserError, match="outside"):
+        read_uri(rows[0]["uri"].replace("row=0", "row=99"))

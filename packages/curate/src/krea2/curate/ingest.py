@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from krea2.curate.storage import file_uri
+from krea2.curate.storage import file_uri, parquet_uri
 from krea2.infra.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff")
 URI_COLUMNS = ("uri", "url", "path")
+BYTES_COLUMNS = ("image", "bytes", "jpg", "png")
 
 
 def _from_directory(root: Path, source: str, all_files: bool) -> Iterator[dict]:
@@ -38,7 +39,22 @@ def _from_parquet(path: Path, source: str) -> Iterator[dict]:
     names = pf.schema_arrow.names
     col = next((c for c in URI_COLUMNS if c in names), None)
     if col is None:
-        raise UserError(f"{path} has no URI column; expected one of {URI_COLUMNS}, found {names}")
+        data_col = next((c for c in BYTES_COLUMNS if c in names), None)
+        if data_col is None:
+            raise UserError(
+                f"{path} has no URI column {URI_COLUMNS} and no image bytes column "
+                f"{BYTES_COLUMNS}; found {names}"
+            )
+        # The bytes stay in the Parquet file; rows point into it.
+        yield from (
+            {
+                "image_key": f"{source}/{n:09d}",
+                "uri": parquet_uri(path, n, data_col),
+                "source": source,
+            }
+            for n in range(pf.metadata.num_rows)
+        )
+        return
     keys = "key" if "key" in names else None
     n = 0
     for batch in pf.iter_batches(columns=[col] + ([keys] if keys else [])):
@@ -58,7 +74,8 @@ def _from_parquet(path: Path, source: str) -> Iterator[dict]:
 def list_source(path: Path, source: str | None = None, all_files: bool = False) -> Iterator[dict]:
     """Rows ``{image_key, uri, source}`` for every image of ``path``: a directory (walked in
     sorted order, image suffixes only unless ``all_files``), a ``.parquet`` file with a
-    uri/url/path column, or a text file of URIs (one per line). Keys are ``source/<relative
+    uri/url/path column or an image bytes column (``parquet://`` URIs into the file, e.g. a
+    Hugging Face image dataset), or a text file of URIs (one per line). Keys are ``source/<relative
     path>`` (directory) or ``source/<row number>``, so re-ingesting is idempotent."""
     if not path.exists():
         raise UserError(f"ingest source {path} does not exist")
