@@ -24,6 +24,7 @@ class Warehouse:
     def __init__(self, cluster: Cluster, tables: Iterable[Table] = ()) -> None:
         self.cluster = cluster
         self.tables: dict[str, Table] = {t.name: t for t in tables}
+        self._reader = None
 
     @classmethod
     def open(
@@ -72,12 +73,20 @@ class Warehouse:
         return Funnel(self, **kwargs)
 
     def reader(self):
-        """An in-process :class:`~krea2.krablet.rpc.Reader` (RpcClient has the same methods)."""
+        """The warehouse's in-process :class:`~krea2.krablet.rpc.Reader` (one, shared).
+
+        :class:`~krea2.krablet.rpc.RpcClient` has the same methods over HTTP.
+        """
         from krea2.krablet.rpc import Reader
 
-        return Reader(self)
+        if self._reader is None:
+            self._reader = Reader(self)
+        return self._reader
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         self.cluster.close()
 
     def __enter__(self) -> Warehouse:
