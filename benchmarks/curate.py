@@ -8,7 +8,8 @@ decode → RGB, ``imagehash.phash(img, hash_size=12)``, ``imagehash.phash(img)``
 Same images, same run, one core (``sched_setaffinity`` + single-threaded OpenCV).
 
 Targets: ours ≥ 3× baseline images/s per core; decode ≥ 60% of our per-image time.
-Run: ``uv run python benchmarks/curate.py [--repeats 3] [--shapes 60]``.
+Run from the root: ``uv run python -m benchmarks.curate [--repeats 3] [--shapes 60]`` (as a
+module: run as a script, ``benchmarks/queue.py`` would shadow the stdlib ``queue``).
 """
 
 from __future__ import annotations
