@@ -258,8 +258,11 @@ def export(
             meta = meta | {"source": r["source"], "md5": r["md5"]}
             yield Sample(r["image_key"], read_uri(r["uri"]), text, r["uri"], meta)
 
+    from rich.progress import track
+
+    todo = track(samples(), total=len(rows), description="export")
     stats = export_shards(
-        samples(), out, stage or str(side), side, seed, batch_size, rows_per_file, image_format
+        todo, out, stage or str(side), side, seed, batch_size, rows_per_file, image_format
     )
     typer.echo(
         f"export: {stats.rows} rows in {stats.files} files under {out}; buckets "
