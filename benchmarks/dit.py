@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +25,10 @@ from pathlib import Path
 # stdlib `queue` that torch imports; drop it and load report.py by path instead.
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+# Idle OpenMP threads sleep instead of spinning, so CPU seconds count work, not waiting
+# for cores taken by other processes (read when torch loads its OpenMP runtime).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 

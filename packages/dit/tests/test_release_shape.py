@@ -83,3 +83,18 @@ def test_forward_traces_without_graph_breaks():
     explained = torch._dynamo.explain(model)(img, txt, t, pos, mask)
     assert explained.graph_break_count == 0
     assert explained.graph_count == 1
+
+
+def test_meta_build_then_init_weights_gives_a_working_model():
+    from krea2.dit.testing import make_inputs
+
+    cfg = get_config("tiny")
+    with torch.device("meta"):
+        model = Krea2DiT(cfg)
+    model.to_empty(device="cpu")
+    model.init_weights()
+    assert torch.count_nonzero(model.blocks[0].mod.lin) == 0
+    assert torch.count_nonzero(model.blocks[1].prenorm.scale) == 0
+    assert model.first.weight.std() > 0
+    img, txt, t, pos, mask = make_inputs(cfg)
+    assert torch.isfinite(model(img, txt, t, pos, mask)).all()
