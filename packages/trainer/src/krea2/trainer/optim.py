@@ -68,6 +68,8 @@ def build_optimizers(
     adam_groups = [g for g in adam_groups if g["params"]]
     for g in adam_groups:
         g["base_lr"] = lr
+    # foreach=False: under FSDP+TP the AdamW parameters live on two meshes (TP'd matrices
+    # on ("dp", "tp"), replicated norms/tables on "dp"), which one foreach kernel cannot mix.
     opts: list[torch.optim.Optimizer] = [
         torch.optim.AdamW(adam_groups, lr=lr, betas=cfg.betas, eps=cfg.eps, foreach=False)
     ]

@@ -239,7 +239,7 @@ class Trainer:
                 index, env.dp_rank, env.dp, step, stage.steps, cfg.data.workers, cfg.data.prefetch
             )
             rolled_back = False
-            t_prev = time.perf_counter()
+            t_prev, cpu_prev = time.perf_counter(), time.process_time()
             for batch in loader:
                 step = batch["step"]
                 if step in st.skip:
@@ -296,9 +296,10 @@ class Trainer:
                         from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
                         precompute_float8_dynamic_scale_for_fsdp(module.dit)
-                now = time.perf_counter()
-                out["step_time"] = now - t_prev
-                t_prev = now
+                now, cpu_now = time.perf_counter(), time.process_time()
+                out["step_time"] = now - t_prev  # wall seconds, data wait included
+                out["step_cpu_time"] = cpu_now - cpu_prev  # this process's CPU seconds
+                t_prev, cpu_prev = now, cpu_now
                 self._log_step(stage, step, out, batch)
                 every = cfg.checkpoint.every
                 if every and (step + 1) % every == 0 and step + 1 < stage.steps:
