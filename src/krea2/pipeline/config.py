@@ -14,12 +14,12 @@ class PoolSpec:
     multi-object scenes and defects (``krea2.curate.shapes.defects.make_pool``)."""
 
     seed: int = 0
-    per_concept: int = 4  # one-object scenes per training concept (after dedup rejection)
-    side: int = 256  # px, one-object scenes are square
+    per_concept: int = 6  # one-object scenes per training concept (after dedup rejection)
+    side: int = 320  # px, one-object scenes are square (resized near duplicates stay ≥ 256)
     held_out_fraction: float = 0.15
-    n_clean_multi: int = 200
+    n_clean_multi: int = 100
     n_per_defect: int = 25
-    n_overrepresented: int = 60
+    n_overrepresented: int = 120  # > 15% of the pool, so the concept cap applies
 
 
 @dataclass
