@@ -9,7 +9,7 @@ one run on the same disk:
   the time until the checkpoint is durable.
 
 Targets: sync throughput ≥ 0.7 × plain writes; async blocking ≤ 0.1 × sync save.
-Run: ``uv run python benchmarks/checkpoint.py [--gib 1.0] [--repeats 3] [--dir DIR]``.
+Run: ``uv run python -m benchmarks.checkpoint [--gib 1.0] [--repeats 3] [--device cpu|cuda]``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import torch
 
 from krea2.infra.checkpoint import CheckpointManager
 
-try:
-    from report import table, write_results
-except ImportError:  # run as a module from the root
-    from benchmarks.report import table, write_results
+from benchmarks.report import table, write_results
 
 
 def make_state(gib: float, device: str, n: int = 16) -> dict[str, torch.Tensor]:
