@@ -174,3 +174,13 @@ def test_override_values_parse_as_toml_scalars(x, n, b):
     assert job.optimizer.lr == x
     assert job.seed == n
     assert job.compile is b
+
+
+def test_numeric_override_keys_index_lists_of_tables(tmp_path):
+    path = write(tmp_path, '[[stages]]\nname = "256"\n[[stages]]\nname = "512"\n')
+    job = load_config(Job, path, ["stages.1.steps=500"])
+    assert [s.steps for s in job.stages] == [100, 500]
+    with pytest.raises(ConfigError, match=r"stages\.2.*index below 2"):
+        load_config(Job, path, ["stages.2.steps=1"])
+    with pytest.raises(ConfigError, match=r"stages\.1\.stepz.*did you mean 'steps'"):
+        load_config(Job, path, ["stages.1.stepz=1"])

@@ -200,20 +200,38 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def _apply_override(
     data: dict[str, Any], cls: type, keys: list[str], value: Any, text: str
 ) -> None:
-    node, tp = data, cls
+    """Set ``keys`` in the raw TOML data; a numeric key indexes a list of tables
+    (``stages.1.steps=500`` is the second ``[[stages]]`` table's ``steps``)."""
+    node: Any = data
+    tp: Any = cls
     for depth, key in enumerate(keys):
+        full = ".".join(keys[: depth + 1])
+        last = depth == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ConfigError(
+                    f"override '{text}': '{full}' needs an index below {len(node)} "
+                    f"(the file has {len(node)} entries there)"
+                )
+            if last:
+                node[int(key)] = value
+                return
+            node, tp = node[int(key)], typing.get_args(tp)[0] if typing.get_args(tp) else Any
+            continue
         types_ = _field_types(tp) if _is_dataclass_type(tp) else None
         if types_ is not None and key not in types_:
-            full = ".".join(keys[: depth + 1])
             raise ConfigError(
                 f"unknown config key '{full}' in override '{text}'{_closest(key, list(types_))}"
             )
-        if depth == len(keys) - 1:
+        if last:
             node[key] = value
             return
         tp = types_[key] if types_ is not None else Any
-        tp = next((a for a in typing.get_args(tp) if _is_dataclass_type(a)), tp)
         child = node.get(key)
+        if typing.get_origin(tp) in (list, Sequence) and isinstance(child, list):
+            node = child
+            continue
+        tp = next((a for a in typing.get_args(tp) if _is_dataclass_type(a)), tp)
         if not isinstance(child, dict):
             child = {}
             node[key] = child
