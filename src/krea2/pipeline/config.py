@@ -50,6 +50,7 @@ class DemoConfig:
     high: StageSpec = field(default_factory=lambda: StageSpec(side=64, steps=100, lr=3e-4))
     eval: EvalSpec = field(default_factory=EvalSpec)
     model: str = "toy"
+    text_tokens: int = 16  # words per caption the word conditioner reads (medium ~ 11 words)
     threads: int = 2
 
 

@@ -44,6 +44,7 @@ def warehouse_rows(cluster: Path) -> list[dict]:
             "dup_of",
             "text_reject",
             "concept_keep",
+            "concept_over",
             "md5",
             "width",
             "height",

@@ -27,6 +27,7 @@ def job_config(cfg: DemoConfig, out: Path, shard_dirs: dict[int, str], sample_pr
         ParallelConfig,
         ScheduleConfig,
         StageConfig,
+        TextConfig,
     )
 
     stages = []
@@ -48,6 +49,7 @@ def job_config(cfg: DemoConfig, out: Path, shard_dirs: dict[int, str], sample_pr
         run_dir=out / "run",
         seed=cfg.pool.seed,
         model=ModelConfig(name=cfg.model),
+        text=TextConfig(max_tokens=cfg.text_tokens),
         optimizer=OptimizerConfig(lr=cfg.low.lr),
         parallel=ParallelConfig(threads=cfg.threads),
         data=DataConfig(workers=1, prefetch=4),
