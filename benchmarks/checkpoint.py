@@ -24,9 +24,8 @@ from pathlib import Path
 
 import torch
 
-from krea2.infra.checkpoint import CheckpointManager
-
 from benchmarks.report import table, write_results
+from krea2.infra.checkpoint import CheckpointManager
 
 
 def make_state(gib: float, device: str, n: int = 16) -> dict[str, torch.Tensor]:
