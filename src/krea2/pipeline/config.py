@@ -27,7 +27,7 @@ class StageSpec:
     """One pretraining resolution stage."""
 
     side: int = 32
-    steps: int = 1000
+    steps: int = 450
     batch_size: int = 64
     lr: float = 1e-3
     time_shift: float | None = None  # None: the resolution rule of krea2.dit.flow
@@ -47,7 +47,7 @@ class DemoConfig:
     workers: int = 2
     pool: PoolSpec = field(default_factory=PoolSpec)
     low: StageSpec = field(default_factory=StageSpec)
-    high: StageSpec = field(default_factory=lambda: StageSpec(side=64, steps=100, lr=3e-4))
+    high: StageSpec = field(default_factory=lambda: StageSpec(side=64, steps=190, lr=6e-4))
     eval: EvalSpec = field(default_factory=EvalSpec)
     model: str = "toy"
     text_tokens: int = 16  # words per caption the word conditioner reads (medium ~ 11 words)
