@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import DecodeError, DecodeLimits, decode
@@ -11,13 +11,7 @@ from krea2.curate.hashes import image_hashes, md5
 
 
 def decode_limits(cfg: CurateConfig, analysis_size: int | None = None) -> DecodeLimits:
-    d = cfg.decode
-    return DecodeLimits(
-        max_bytes=d.max_bytes,
-        max_pixels=d.max_pixels,
-        max_seconds=d.max_seconds,
-        analysis_size=analysis_size or d.analysis_size,
-    )
+    return replace(cfg.decode, analysis_size=analysis_size or cfg.decode.analysis_size)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 class StageThresholds:
     """Cheap-filter and text thresholds for one resolution stage.
 
-    Scores are computed on the analysis pixels (longest side ``DecodeConfig.analysis_size``),
+    Scores are computed on the analysis pixels (longest side ``DecodeLimits.analysis_size``),
     except sizes, which are of the original image.
     """
 
@@ -38,8 +38,10 @@ def _stages() -> dict[str, StageThresholds]:
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
-    """Per-image decode bounds (see ``krea2.curate.decode.DecodeLimits``)."""
+class DecodeLimits:
+    """Per-image decode bounds. Memory is bounded by ``max_pixels`` (declared in the header,
+    checked before any pixel is decoded) times 4 bytes; time by ``max_seconds`` (main thread
+    only); the analysis pixels have longest side ``analysis_size``."""
 
     max_bytes: int = 256 * 2**20
     max_pixels: int = 80_000_000
@@ -80,7 +82,7 @@ class CurateConfig:
 
     stage: str = "256"
     stages: dict[str, StageThresholds] = field(default_factory=_stages)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    decode: DecodeLimits = field(default_factory=DecodeLimits)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
     concepts: ConceptConfig = field(default_factory=ConceptConfig)

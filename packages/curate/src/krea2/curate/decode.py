@@ -14,6 +14,8 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from krea2.curate.config import DecodeLimits
+
 # Formats we accept; anything else is "unsupported_format" (Pillow would otherwise try
 # dozens of exotic plugins on arbitrary bytes).
 # (Multi-picture JPEGs open through the JPEG plugin and report format "MPO".)
@@ -41,17 +43,6 @@ class DecodeError(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
-
-
-@dataclass(frozen=True)
-class DecodeLimits:
-    """Per-image bounds. Memory is bounded by ``max_pixels`` (declared in the header, checked
-    before any pixel is decoded) times 4 bytes; time by ``max_seconds`` (main thread only)."""
-
-    max_bytes: int = 256 * 2**20
-    max_pixels: int = 80_000_000
-    max_seconds: float = 20.0
-    analysis_size: int = 256
 
 
 @dataclass(frozen=True)
