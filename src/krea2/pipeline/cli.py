@@ -6,17 +6,6 @@ from pathlib import Path
 
 import typer
 
-STAGES = (
-    ("shards", "start 2 embedded krablet shards", "krea2.krablet"),
-    ("pool", "generate a ShapesWorld raw pool with injected defects", "krea2.curate.shapes"),
-    ("curate", "ingest and run every curate job with worker processes", "krea2.curate"),
-    ("export", "export Parquet shards at a low and a high resolution", "krea2.curate"),
-    ("pretrain", "pretrain a tiny DiT at the low, then the high resolution", "krea2.trainer"),
-    ("sample", "sample held-out prompts with fixed seeds", "krea2.dit"),
-    ("score", "score samples with the rubric verifier (ShapesEval)", "krea2.curate.shapes"),
-    ("report", "write report.html and summary.json", "krea2.pipeline"),
-)
-
 
 def demo(
     out: Path = typer.Option(

@@ -43,9 +43,6 @@ class StageRunner:
     def path_of(self, name: str) -> Path:
         return self.directory / f"{name}.json"
 
-    def done(self, name: str) -> bool:
-        return self.path_of(name).is_file()
-
     def run(self, name: str, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         path = self.path_of(name)
         if path.is_file():

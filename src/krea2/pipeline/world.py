@@ -74,8 +74,3 @@ def one_object_scenes(split: WorldSplit, per_concept: int, seed: int) -> list[Sc
             jitter = (0.0, 0.0) if attempt == 0 else tuple(rng.uniform(-0.5, 0.5, 2))
             scenes.append(concept_scene(concept, str(rng.choice(WORLD_BACKGROUNDS)), size, jitter))
     return scenes
-
-
-def _concept_of(scene: Scene) -> Concept:
-    o = scene.objects[0]
-    return (o.color, o.shape, o.cell)
