@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from krea2.infra.errors import UserError
@@ -69,3 +70,28 @@ warmup_steps = 0
     # Started from the trained weights: far below the first stage's random-init loss.
     assert max(second) < 0.8 * first[0]
     assert (tmp_path / "chain" / "checkpoints" / "second.done").exists()
+
+
+def test_a_finished_stage_samples_like_the_trainers_own_grid(write_job, tmp_path):
+    from krea2.infra.config import load_config
+    from krea2.trainer.config import JobConfig
+    from krea2.trainer.inference import load_stage_module, sample_stage
+
+    path = write_job("infer", steps=4)
+    job = load_config(JobConfig, path, [])
+    with pytest.raises(UserError, match="no complete checkpoint"):
+        load_stage_module(job, 0, trained=True)
+    untrained = load_stage_module(job, 0, trained=False)
+    run_job(path, [], resume=False)
+    trained = load_stage_module(job, 0, trained=True)
+    moved = [
+        (a - b).abs().max().item()
+        for a, b in zip(untrained.parameters(), trained.parameters(), strict=True)
+    ]
+    assert max(moved) > 0 and not untrained.training and not trained.training
+    prompts = ["a red square in the center", "a blue circle in the top left"]
+    images = sample_stage(job, 0, prompts, [0, 1], steps=3, cfg_scale=2.0)
+    assert images.shape == (2, 2, 32, 32, 3) and images.dtype == np.uint8
+    again = sample_stage(job, 0, prompts, [0, 1], steps=3, cfg_scale=2.0)
+    assert np.array_equal(images, again)  # fixed seeds: the same pixels every time
+    assert not np.array_equal(images[:, 0], images[:, 1])

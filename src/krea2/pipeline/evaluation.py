@@ -2,29 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from krea2.pipeline.world import Concept, concept_scene, eval_prompt
-
-
-def load_module(job, stage_index: int, trained: bool):
-    """The trainer's module for a stage: its final checkpoint, or the untrained (seeded)
-    initialization that the first stage started from."""
-    import torch.distributed.checkpoint.state_dict as sd
-
-    from krea2.infra.checkpoint import CheckpointManager
-    from krea2.trainer.build import build_module
-    from krea2.trainer.distributed import init_distributed
-
-    stage = job.stages[stage_index]
-    module = build_module(job, stage, init_distributed(job))
-    if trained:
-        state = {"model": sd.get_model_state_dict(module)}
-        CheckpointManager(Path(job.run_dir) / "checkpoints" / stage.name).load(state)
-        sd.set_model_state_dict(module, state["model"])
-    return module.eval()
 
 
 def sample(
@@ -36,21 +16,11 @@ def sample(
     steps: int,
     cfg_scale: float,
 ) -> np.ndarray:
-    """uint8 images [len(prompts), len(seeds), H, W, 3] at the stage's resolution."""
-    from krea2.dit import flow
-    from krea2.trainer.build import build_autoencoder, dit_config
-    from krea2.trainer.evaluate import sample_grid
+    """uint8 images [len(prompts), len(seeds), H, W, 3] at the stage's resolution, from its
+    final checkpoint or (``trained=False``) the untrained initialization."""
+    from krea2.trainer.inference import sample_stage
 
-    stage = job.stages[stage_index]
-    module = load_module(job, stage_index, trained)
-    ae = build_autoencoder(
-        job.model.autoencoder, job.model.ae_factor, next(module.parameters()).device
-    )
-    side = stage.resolution
-    factor = job.model.ae_factor * dit_config(job).patch
-    tokens = (side // factor) ** 2
-    mu = stage.time_shift if stage.time_shift is not None else flow.resolution_mu(tokens)
-    return sample_grid(module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu)
+    return sample_stage(job, stage_index, prompts, seeds, steps, cfg_scale, trained=trained)
 
 
 def shapes_eval(images: np.ndarray, concepts: list[Concept]) -> dict:

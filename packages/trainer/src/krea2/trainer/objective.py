@@ -22,6 +22,12 @@ class FlowTerms:
     x_t: Tensor  # [B, C, H, W] noised latents
 
 
+def stage_mu(time_shift: float | None, image_tokens: int) -> float:
+    """The time shift mu of a stage, for training and for sampling alike: the stage's fixed
+    ``time_shift`` if it has one, else the resolution rule of ``krea2.dit.flow``."""
+    return time_shift if time_shift is not None else flow.resolution_mu(image_tokens)
+
+
 def sample_seed(seed: int, step: int, index: int) -> int:
     """Seed of global sample ``index`` at ``step``: its noise, time and caption draws do not
     depend on how the batch is split over ranks, so any layout sees the same numbers."""

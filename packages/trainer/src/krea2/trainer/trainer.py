@@ -38,6 +38,7 @@ from krea2.trainer.objective import (
     draw_time_and_noise,
     flow_terms,
     sample_generator,
+    stage_mu,
     time_bucket_sums,
     weighted_loss,
 )
@@ -62,12 +63,6 @@ class StageState:
     step: int = 0  # next step to run
     skip: list[int] = field(default_factory=list)  # batches never to train on (rollbacks)
     stability: dict[str, Any] | None = None
-
-
-def _stage_mu(stage: StageConfig, image_tokens: int) -> float:
-    from krea2.dit import flow
-
-    return stage.time_shift if stage.time_shift is not None else flow.resolution_mu(image_tokens)
 
 
 class Trainer:
@@ -344,7 +339,7 @@ class Trainer:
         dtype = next(module.dit.parameters()).dtype
         latents = latents.to(dtype)
         tokens = (latents.shape[2] // self.dcfg.patch) * (latents.shape[3] // self.dcfg.patch)
-        mu = _stage_mu(stage, tokens)
+        mu = stage_mu(stage.time_shift, tokens)
         t, noise = draw_time_and_noise(
             gens, tuple(latents.shape[1:]), mu, stage.time_loc, stage.time_scale
         )
@@ -454,7 +449,7 @@ class Trainer:
             return
         size = (stage.resolution, stage.resolution)
         f = self.cfg.model.ae_factor * self.dcfg.patch
-        mu = _stage_mu(stage, (size[0] // f) * (size[1] // f))
+        mu = stage_mu(stage.time_shift, (size[0] // f) * (size[1] // f))
         images = sample_grid(
             module,
             self.ae,
