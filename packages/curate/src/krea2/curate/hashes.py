@@ -17,6 +17,9 @@ import numpy as np
 import scipy.fft
 from PIL import Image
 
+from krea2.curate.colour_table import BLACK, BRIGHT, FAINT, GREY, HUE_BINS, SAT_170, colour_counts
+from krea2.curate.resample import lanczos_resize
+
 PHASH_HIGHFREQ_FACTOR = 4
 
 
@@ -42,9 +45,10 @@ def hamming(a: bytes, b: bytes) -> int:
     return int(np.unpackbits(x).sum())
 
 
-def _grey(pixels: np.ndarray) -> Image.Image:
-    # Pillow's ITU-R 601-2 luma, the same conversion imagehash uses.
-    return Image.fromarray(pixels).convert("L")
+def pillow_luma(pixels: np.ndarray) -> np.ndarray:
+    """(h, w, 3) uint8 RGB → (h, w) uint8 Pillow ``L`` (ITU-R 601-2 luma, the conversion
+    imagehash uses; OpenCV's grey rounds differently for a few colours)."""
+    return np.asarray(Image.fromarray(pixels).convert("L"))
 
 
 def phash_bits(pixels: np.ndarray, hash_size: int = 12) -> np.ndarray:
@@ -53,41 +57,25 @@ def phash_bits(pixels: np.ndarray, hash_size: int = 12) -> np.ndarray:
     Grey → Lanczos resize to (4·hash_size)² → 2-D DCT-II → the top-left hash_size² block
     (DC included) thresholded at its median.
     """
-    return _phash_from_grey(_grey(pixels), hash_size)
+    return _phash_from_grey(pillow_luma(pixels), hash_size)
 
 
-def _phash_from_grey(grey: Image.Image, hash_size: int) -> np.ndarray:
+def _phash_from_grey(grey: np.ndarray, hash_size: int) -> np.ndarray:
     side = hash_size * PHASH_HIGHFREQ_FACTOR
-    small = np.asarray(grey.resize((side, side), Image.Resampling.LANCZOS), dtype=np.float64)
+    small = lanczos_resize(grey, side, side).astype(np.float64)
     coeffs = scipy.fft.dct(scipy.fft.dct(small, axis=0), axis=1)[:hash_size, :hash_size]
     return coeffs > np.median(coeffs)
 
 
-# colorhash bins: imagehash splits hue 0..255 into 6 equal bins with edges linspace(0, 255, 7),
-# the last bin closed. A lookup table gives each 8-bit hue its bin.
-_HUE_BIN = np.minimum(np.searchsorted(np.linspace(0, 255, 7), np.arange(256), "right") - 1, 5)
-
-
-# Saturation classes: 1 grey (s < 85), 2 faint (85 ≤ s < 170), 4 exactly 170 (in neither
-# colour bin, as in imagehash), 3 bright (s > 170); class 0 is black (luma < 32).
-_SAT_CLASS = np.select(
-    [np.arange(256) < 85, np.arange(256) < 170, np.arange(256) == 170], [1, 2, 4], 3
-).astype(np.int32)
-
-
-def _colorhash_from(luma: np.ndarray, hsv: np.ndarray, binbits: int) -> np.ndarray:
-    """colorhash from Pillow's (h, w) luma and (h, w, 3) HSV of the same pixels."""
-    hue = hsv[:, :, 0].ravel().astype(np.int32)
-    cls = np.where(luma.ravel() < 32, 0, _SAT_CLASS[hsv[:, :, 1].ravel()])
-    # One pass: counts per (class, hue), then the hue counts grouped into the 6 bins.
-    counts = np.bincount(cls * 256 + hue, minlength=5 * 256).reshape(5, 256)
-    binned = np.zeros((5, 6), np.int64)
-    np.add.at(binned, (slice(None), _HUE_BIN), counts)
-    n = luma.size
-    coloured = max(1, int(counts[2:].sum()))
+def _colorhash_from(counts: np.ndarray, binbits: int) -> np.ndarray:
+    """colorhash from ``colour_table.colour_counts`` of the pixels: (14, binbits) bool."""
+    per_class = counts.sum(axis=1)
+    n = int(per_class.sum())
+    coloured = max(1, int(per_class[FAINT:].sum()))  # faint, bright and s == 170
     top = 2**binbits
-    fractions = [counts[0].sum() / n, counts[1].sum() / n]
-    fractions += list(binned[2] / coloured) + list(binned[3] / coloured)
+    fractions = [per_class[BLACK] / n, per_class[GREY] / n]
+    fractions += list(per_class[FAINT:BRIGHT] / coloured)
+    fractions += list(per_class[BRIGHT:SAT_170] / coloured)
     values = [min(top - 1, int(f * top)) for f in fractions]
     bits = [
         [(v // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0 for i in range(binbits)]
@@ -104,18 +92,21 @@ def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     normalised by the coloured-pixel count. Each fraction f is quantised to
     v = min(2^binbits − 1, ⌊f·2^binbits⌋) and written with imagehash's bit code.
     """
-    img = Image.fromarray(pixels)
-    return _colorhash_from(np.asarray(img.convert("L")), np.asarray(img.convert("HSV")), binbits)
+    return _colorhash_from(colour_counts(pixels), binbits)
 
 
-HUE_BINS = 18
+def _hue_histogram_from(counts: np.ndarray) -> bytes:
+    hues = counts.sum(axis=0)
+    saturated = int(hues[:HUE_BINS].sum())
+    share = hues[:HUE_BINS] / max(saturated, 1)
+    hist = np.round(share * 255).astype(np.uint8)
+    return hist.tobytes() + bytes([min(255, round(saturated / int(hues.sum()) * 255))])
 
 
-def hue_histogram(
-    pixels: np.ndarray, min_saturation: float = 0.25, min_value: float = 0.2
-) -> bytes:
-    """Hue histogram of the saturated pixels only: ``HUE_BINS`` bytes summing to about 255,
-    then one byte with the saturated share of the image (×255, rounded).
+def hue_histogram(pixels: np.ndarray) -> bytes:
+    """Hue histogram of the saturated pixels only (OpenCV HSV: s > 0.25·255 and
+    v > 0.2·255): ``HUE_BINS`` bytes summing to about 255, then one byte with the saturated
+    share of the image (×255, rounded).
 
     phash reads grey levels and colorhash spreads its bits over the whole image, so neither
     tells a blue object from a green one once it covers a small part of the frame (on
@@ -123,16 +114,7 @@ def hue_histogram(
     saturated pixels alone makes the histogram's total-variation distance ≈ 1 for a
     recolouring and ≤ 0.1 for resize, re-encode, crop and shift edits.
     """
-    import cv2
-
-    hsv = cv2.cvtColor(np.ascontiguousarray(pixels, dtype=np.uint8), cv2.COLOR_RGB2HSV)
-    mask = (hsv[..., 1] > 255 * min_saturation) & (hsv[..., 2] > 255 * min_value)
-    counts = np.bincount(hsv[..., 0][mask].astype(np.int64) * HUE_BINS // 180,
-                         minlength=HUE_BINS)  # fmt: skip
-    share = counts / max(int(counts.sum()), 1)
-    hist = np.round(share * 255).astype(np.uint8)
-    saturated = np.uint8(min(255, round(float(mask.mean()) * 255)))
-    return hist.tobytes() + bytes([saturated])
+    return _hue_histogram_from(colour_counts(pixels))
 
 
 def hue_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -147,13 +129,13 @@ def hue_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def image_hashes(pixels: np.ndarray) -> dict[str, bytes]:
     """All perceptual hashes of one decode: phash8 (8 B), phash12 (18 B), colorhash (42 bits
-    padded to 6 B), huehist (19 B). The grey conversion is shared between the two phashes."""
-    img = Image.fromarray(pixels)
-    grey = img.convert("L")  # shared by both phashes and colorhash
-    colour = _colorhash_from(np.asarray(grey), np.asarray(img.convert("HSV")), 3)
+    padded to 6 B), huehist (19 B). One luma for both phashes, one colour-table lookup for
+    colorhash and the hue histogram."""
+    grey = pillow_luma(pixels)
+    counts = colour_counts(pixels)
     return {
         "phash8": pack_bits(_phash_from_grey(grey, 8)),
         "phash12": pack_bits(_phash_from_grey(grey, 12)),
-        "colorhash": pack_bits(colour),
-        "huehist": hue_histogram(pixels),
+        "colorhash": pack_bits(_colorhash_from(counts, 3)),
+        "huehist": _hue_histogram_from(counts),
     }

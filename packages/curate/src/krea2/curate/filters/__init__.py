@@ -11,7 +11,7 @@ from krea2.curate.filters.aspect import aspect_ratio
 from krea2.curate.filters.base import FilterResult
 from krea2.curate.filters.border import border
 from krea2.curate.filters.complexity import complexity
-from krea2.curate.filters.entropy import entropy
+from krea2.curate.filters.entropy import channel_histograms, entropy
 from krea2.curate.filters.extremes import black, white
 from krea2.curate.filters.flat import flat_color
 from krea2.curate.filters.laplacian import laplacian
@@ -33,18 +33,20 @@ CHEAP_FILTERS = (
 
 
 def run_cheap_filters(image: DecodedImage, t: StageThresholds) -> list[FilterResult]:
-    """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey is computed once."""
+    """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey and the channel
+    histograms are computed once."""
     px = image.pixels
     grey = cv2.cvtColor(px, cv2.COLOR_RGB2GRAY)
+    hists = channel_histograms(px)
     return [
         resolution(image, t),
         aspect_ratio(image, t),
         animation(image, t),
         laplacian(grey, t),
-        entropy(px, t),
+        entropy(px, t, hists),
         white(px, t),
         black(px, t),
-        flat_color(px, t),
+        flat_color(px, t, hists),
         border(px, grey, t),
         complexity(grey, t),
     ]

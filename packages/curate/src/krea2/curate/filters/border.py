@@ -20,28 +20,30 @@ def _band_width(lines: np.ndarray, means: np.ndarray, stds: np.ndarray) -> int:
     if stds[0] > UNIFORM:
         return 0
     limit = len(lines) // 2
-    same = (np.abs(means[1:limit] - means[0]) <= UNIFORM) & (stds[1:limit] <= UNIFORM)
-    if same.all():
+    off = np.flatnonzero((np.abs(means[1:limit] - means[0]) > UNIFORM) | (stds[1:limit] > UNIFORM))
+    if not len(off):
         return 0
-    k = 1 + int(np.argmin(same))  # the first line that is not part of the band
-    colour = lines[0].mean(axis=0)
+    k = 1 + int(off[0])  # the first line that is not part of the band
+    length = lines.shape[1]
     # Grey alone cannot see a chroma change: the band's first and last lines must match.
-    ends = np.concatenate([lines[0], lines[k - 1]]).astype(np.float32)
+    ends = np.concatenate([lines[0], lines[k - 1]]).astype(np.float64)
+    colour = ends[:length].mean(axis=0)
     if np.abs(ends - colour).max() > 4 * UNIFORM:
         return 0
     # The resize may blend one line, so the hard edge is at k or k + 1.
     for line in lines[k : k + 2]:
-        diff = np.abs(line.astype(np.float32) - colour).max(axis=1)
-        if (diff > STEP).mean() >= SHARP_SHARE:
+        diff = np.abs(line - colour).max(axis=1)
+        if np.count_nonzero(diff > STEP) >= SHARP_SHARE * length:
             return k
     return 0
 
 
-def _line_stats(grey: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std of each row (``dim=1``) or column (``dim=0``) of (h, w) float32 grey."""
-    mean = cv2.reduce(grey, dim, cv2.REDUCE_AVG).ravel()
-    square = cv2.reduce(cv2.multiply(grey, grey), dim, cv2.REDUCE_AVG).ravel()
-    return mean, np.sqrt(np.maximum(square - mean * mean, 0.0))
+def _line_stats(grey: np.ndarray, square: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std of each row (``dim=1``) or column (``dim=0``) of (h, w) uint8 grey, given
+    its (h, w) float32 square."""
+    mean = cv2.reduce(grey, dim, cv2.REDUCE_AVG, dtype=cv2.CV_32F).ravel()
+    mean_square = cv2.reduce(square, dim, cv2.REDUCE_AVG).ravel()
+    return mean, np.sqrt(np.maximum(mean_square - mean * mean, 0.0))
 
 
 def border_fraction(pixels: np.ndarray, grey: np.ndarray | None = None) -> float:
@@ -49,10 +51,10 @@ def border_fraction(pixels: np.ndarray, grey: np.ndarray | None = None) -> float
     ``pixels`` (h, w, 3) uint8 RGB; ``grey`` its (h, w) uint8 luma if already computed."""
     if grey is None:
         grey = cv2.cvtColor(pixels, cv2.COLOR_RGB2GRAY)
-    g = grey.astype(np.float32)
-    h, w = g.shape
-    row_mean, row_std = _line_stats(g, 1)
-    col_mean, col_std = _line_stats(g, 0)
+    h, w = grey.shape
+    square = cv2.multiply(grey, grey, dtype=cv2.CV_32F)
+    row_mean, row_std = _line_stats(grey, square, 1)
+    col_mean, col_std = _line_stats(grey, square, 0)
     cols = pixels.transpose(1, 0, 2)
     edges = (
         (pixels, row_mean, row_std, h),  # top

@@ -9,17 +9,25 @@ from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_least
 
 
-def rgb_entropy(pixels: np.ndarray) -> float:
-    """Mean over R, G, B of the Shannon entropy of the 256-bin histogram, in bits (0..8)."""
-    total = 0.0
-    n = pixels.shape[0] * pixels.shape[1]
-    for c in range(3):
-        hist = cv2.calcHist([pixels], [c], None, [256], [0, 256]).ravel()
-        p = hist[hist > 0] / n
-        total += float(-(p * np.log2(p)).sum())
-    return total / 3
+def channel_histograms(pixels: np.ndarray) -> np.ndarray:
+    """(h, w, 3) uint8 RGB → (3, 256) float64 pixel counts per channel level (shared by the
+    entropy and flat-colour filters)."""
+    return np.stack(
+        [cv2.calcHist([pixels], [c], None, [256], [0, 256]).ravel() for c in range(3)]
+    ).astype(np.float64)
 
 
-def entropy(pixels: np.ndarray, t: StageThresholds) -> FilterResult:
+def rgb_entropy(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:
+    """Mean over R, G, B of the Shannon entropy of the 256-bin histogram, in bits (0..8).
+    ``hists``: the pixels' ``channel_histograms`` if already computed."""
+    hists = channel_histograms(pixels) if hists is None else hists
+    p = hists[hists > 0] / (pixels.shape[0] * pixels.shape[1])
+    return float(-(p * np.log2(p)).sum()) / 3
+
+
+def entropy(
+    pixels: np.ndarray, t: StageThresholds, hists: np.ndarray | None = None
+) -> FilterResult:
     """Fail below ``min_entropy`` bits."""
-    return at_least("entropy", rgb_entropy(pixels), t.min_entropy, "RGB entropy bits")
+    score = rgb_entropy(pixels, hists)
+    return at_least("entropy", score, t.min_entropy, "RGB entropy bits")

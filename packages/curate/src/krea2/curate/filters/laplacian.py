@@ -22,10 +22,16 @@ def laplacian_variance(grey: np.ndarray) -> float:
     th, tw = h // TILES, w // TILES
     if th < 2 or tw < 2:
         return float(lap.var())
-    tiles = lap[: th * TILES, : tw * TILES].reshape(TILES, th, TILES, tw)
-    mean = tiles.mean(axis=(1, 3))
-    var = (tiles * tiles).mean(axis=(1, 3)) - mean * mean
+    crop = lap[: th * TILES, : tw * TILES]
+    mean = _tile_sums(crop, th, tw) / (th * tw)
+    var = _tile_sums(cv2.multiply(crop, crop), th, tw) / (th * tw) - mean * mean
     return float(np.median(var))
+
+
+def _tile_sums(x: np.ndarray, th: int, tw: int) -> np.ndarray:
+    """(TILES·th, TILES·tw) → (TILES, TILES) sums: rows of each tile band first (contiguous
+    adds), then columns; several times faster than one reduction over two strided axes."""
+    return x.reshape(TILES, th, TILES * tw).sum(axis=1).reshape(TILES, TILES, tw).sum(axis=2)
 
 
 def laplacian(grey: np.ndarray, t: StageThresholds) -> FilterResult:
