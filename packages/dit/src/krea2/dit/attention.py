@@ -40,20 +40,30 @@ class Attention(nn.Module):
         self.qknorm = QKNorm(self.head_dim, eps)
 
     def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, mask: Tensor | None = None
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None = None,
+        mask: Tensor | None = None,
+        q_start: int = 0,
     ) -> Tensor:
-        """x [B, L, D]; rope (cos, sin) [B|1, L, R/2]; mask bool [B, 1, 1, L] (True = key valid)."""
+        """x [B, L, D] -> [B, L - q_start, D]: every token is a key, queries are x[:, q_start:].
+
+        rope (cos, sin) [B|1, L, R/2]; mask bool [B, 1, 1, L] (True = key valid).
+        """
         hd = self.head_dim
-        q = self.wq(x).unflatten(-1, (-1, hd))
+        xq = x[:, q_start:] if q_start else x
+        q = self.wq(xq).unflatten(-1, (-1, hd))
         k = self.wk(x).unflatten(-1, (-1, hd))
         v = self.wv(x).unflatten(-1, (-1, hd))
         q, k = self.qknorm(q, k)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            cos, sin = rope
+            q = apply_rope(q, cos[:, q_start:], sin[:, q_start:])
+            k = apply_rope(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         out = sdpa_gqa(q, k, v, mask).transpose(1, 2).flatten(2)
         if self.gate is not None:
-            out = out * torch.sigmoid(self.gate(x))
+            out = out * torch.sigmoid(self.gate(xq))
         return self.wo(out)
 
 

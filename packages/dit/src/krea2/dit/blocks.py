@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from krea2.dit.attention import Attention
@@ -58,17 +59,23 @@ class SingleStreamBlock(nn.Module):
         tvec: Tensor | None,
         rope: tuple[Tensor, Tensor] | None,
         mask: Tensor | None = None,
+        out_start: int = 0,
     ) -> Tensor:
-        """x [B, L, D]; tvec [B, 1, 6D] (None without modulation); returns [B, L, D]."""
+        """x [B, L, D]; tvec [B, 1, 6D] (None without modulation) -> [B, L - out_start, D].
+
+        out_start > 0 computes only the rows x[:, out_start:] (all tokens still serve as keys):
+        the last block's text rows are never read, so it skips their queries and MLP.
+        """
+        rows = x[:, out_start:] if out_start else x
         if self.mod is None:
-            x = x + self.attn(self.prenorm(x), rope, mask)
-            return x + self.mlp(self.postnorm(x))
+            rows = rows + self.attn(self.prenorm(x), rope, mask, out_start)
+            return rows + self.mlp(self.postnorm(rows))
         m = tvec + self.mod.lin
         prescale, preshift, pregate, postscale, postshift, postgate = m.chunk(6, dim=-1)
-        h = self.prenorm(x) * (1 + prescale) + preshift
-        x = x + pregate * self.attn(h, rope, mask)
-        h = self.postnorm(x) * (1 + postscale) + postshift
-        return x + postgate * self.mlp(h)
+        h = self.prenorm(x, prescale, preshift)
+        # addcmul: the gated residual in one pass (same gradients as x + gate * y).
+        rows = torch.addcmul(rows, pregate, self.attn(h, rope, mask, out_start))
+        return torch.addcmul(rows, postgate, self.mlp(self.postnorm(rows, postscale, postshift)))
 
 
 class LastLayer(nn.Module):
@@ -82,8 +89,7 @@ class LastLayer(nn.Module):
 
     def forward(self, x: Tensor, temb: Tensor | None) -> Tensor:
         """x [B, N, D]; temb [B, 1, D] (raw timestep-MLP output) -> [B, N, out]."""
-        h = self.norm(x)
-        if self.modulation is not None:
-            scale, shift = (temb + self.modulation.lin).chunk(2, dim=1)
-            h = h * (1 + scale) + shift
-        return self.linear(h)
+        if self.modulation is None:
+            return self.linear(self.norm(x))
+        scale, shift = (temb + self.modulation.lin).chunk(2, dim=1)
+        return self.linear(self.norm(x, scale, shift))

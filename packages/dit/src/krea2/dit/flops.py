@@ -46,19 +46,46 @@ def param_count(cfg: DiTConfig) -> int:
 
 
 def _block_flops(
-    tokens: int, seq: int, dim: int, heads: int, kv: int, hidden: int, hd: int, gate: bool
+    tokens: int,
+    seq: int,
+    dim: int,
+    heads: int,
+    kv: int,
+    hidden: int,
+    hd: int,
+    gate: bool,
+    queries: int | None = None,
 ) -> int:
-    """FLOPs of one block over `tokens` total tokens in sequences of length `seq`."""
-    proj = dim * heads * hd * (3 if gate else 2) + 2 * dim * kv * hd
-    mlp = 3 * dim * hidden
+    """FLOPs of one block over `tokens` total tokens in sequences of length `seq`.
+
+    `queries` (default all) of the tokens get outputs: k/v run on every token, the rest
+    (q, gate, wo, MLP, attention rows) on the queries only.
+    """
+    queries = tokens if queries is None else queries
+    rows = dim * heads * hd * (3 if gate else 2) + 3 * dim * hidden
     attn = 4 * seq * heads * hd  # QK^T and PV per query token
-    return 2 * tokens * (proj + mlp) + tokens * attn
+    return 2 * tokens * 2 * dim * kv * hd + 2 * queries * rows + queries * attn
+
+
+def _main_blocks_flops(cfg: DiTConfig, text_tokens: int, image_tokens: int) -> int:
+    """All single-stream blocks of one sample; the last one computes no text rows."""
+    seq = text_tokens + image_tokens + cfg.timestep_tokens
+    kw = dict(
+        seq=seq,
+        dim=cfg.width,
+        heads=cfg.heads,
+        kv=cfg.kv_heads,
+        hidden=cfg.mlp_hidden_size,
+        hd=cfg.head_dim,
+        gate=cfg.attn_gate,
+    )
+    full = _block_flops(seq, **kw)
+    return (cfg.depth - 1) * full + _block_flops(seq, queries=seq - text_tokens, **kw)
 
 
 def forward_flops(cfg: DiTConfig, batch: int, image_tokens: int, text_tokens: int = 512) -> int:
     """FLOPs of one forward for `batch` samples of `image_tokens` + `text_tokens` tokens."""
     d, td, t, n = cfg.width, cfg.text_dim, text_tokens, image_tokens
-    seq = t + n + cfg.timestep_tokens
     f = 2 * n * cfg.in_channels * d  # first
     f += 2 * (cfg.time_dim * d + d * d)  # tmlp, one token
     f += 2 * 6 * d * d if cfg.modulated else 2 * cfg.timestep_tokens * d * d
@@ -74,9 +101,7 @@ def forward_flops(cfg: DiTConfig, batch: int, image_tokens: int, text_tokens: in
     f += 2 * t * td * cfg.text_taps  # projector (taps -> 1, per channel)
     f += cfg.refiner_blocks * _block_flops(t, t, **tb)
     f += 2 * t * (td * d + d * d)  # txtmlp
-    f += cfg.depth * _block_flops(
-        seq, seq, d, cfg.heads, cfg.kv_heads, cfg.mlp_hidden_size, cfg.head_dim, cfg.attn_gate
-    )
+    f += _main_blocks_flops(cfg, t, n)
     f += 2 * n * d * cfg.in_channels  # last
     return batch * f
 
@@ -95,19 +120,5 @@ def cost(
     d = cfg.width
     train = 3 * fwd - 2 * batch * (image_tokens * cfg.in_channels * d + cfg.time_dim * d)
     if checkpointing == "full":
-        seq = text_tokens + image_tokens + cfg.timestep_tokens
-        train += (
-            batch
-            * cfg.depth
-            * _block_flops(
-                seq,
-                seq,
-                cfg.width,
-                cfg.heads,
-                cfg.kv_heads,
-                cfg.mlp_hidden_size,
-                cfg.head_dim,
-                cfg.attn_gate,
-            )
-        )
+        train += batch * _main_blocks_flops(cfg, text_tokens, image_tokens)
     return Cost(param_count(cfg), fwd, train)

@@ -125,10 +125,12 @@ class Krea2DiT(nn.Module):
         if self.cfg.rope_dims:
             rope = rope_angles(pos, self.cfg.rope_axes_dims, self.cfg.rope_theta)
 
-        for blk in self.blocks:
-            x = run_block(blk, self.checkpointing, x, tvec, rope, key_mask)
-        out = self.last(x[:, tlen : tlen + n], temb if self.cfg.modulated else None)
-        return out
+        # Only image rows are read after the blocks, so the last block skips the text rows.
+        last = len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks):
+            start = tlen if i == last else 0
+            x = run_block(blk, self.checkpointing, x, tvec, rope, key_mask, start)
+        return self.last(x[:, :n], temb if self.cfg.modulated else None)
 
     def velocity(
         self,
@@ -153,7 +155,9 @@ class Krea2DiT(nn.Module):
                 f"latent size {h}x{w} is not divisible by patch={cfg.patch}; "
                 f"choose an image size that is a multiple of patch x autoencoder factor"
             )
-        pos = image_positions(txt.shape[1], h // cfg.patch, w // cfg.patch, device=latents.device)
+        pos = image_positions(
+            txt.shape[1], h // cfg.patch, w // cfg.patch, latents.device, cfg.rope_ref_grid
+        )
         v = self(patchify(latents, cfg.patch), txt, t, pos, txt_mask, pack_text=pack_text)
         return unpatchify(v, cfg.patch, h, w)
 
