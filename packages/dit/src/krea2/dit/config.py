@@ -55,6 +55,11 @@ class DiTConfig:
     attn_gate: bool = True  # per-channel sigmoid output gate in every attention
     rope_fraction: float = 1.0  # fraction of each head's dims that RoPE rotates (partial RoPE)
     timestep_tokens: int = 0  # >0: that many in-context time tokens replace all modulation
+    # 0 (the release): image token (i, j) sits at RoPE position (i, j). n > 0: position
+    # interpolation, image positions scaled by n / sqrt(grid_h * grid_w), so an image of any
+    # resolution spans the range an n x n grid does and a stage at twice the resolution
+    # keeps the positions the stage before it learned.
+    rope_ref_grid: int = 0
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +133,8 @@ class DiTConfig:
             bad(f"time_dim={self.time_dim} must be even (cos and sin halves)")
         if not 0.0 <= self.rope_fraction <= 1.0:
             bad(f"rope_fraction={self.rope_fraction} must be in [0, 1]")
+        if self.rope_ref_grid < 0:
+            bad(f"rope_ref_grid={self.rope_ref_grid} must be 0 (off) or a grid side > 0")
         if self.rope_axes is not None and self.rope_fraction != 1.0:
             bad("set either rope_axes or rope_fraction, not both")
         axes = self.rope_axes_dims

@@ -12,8 +12,14 @@ def to_diffusers_config(cfg: DiTConfig) -> dict:
     """The `config.json` fields of diffusers' Krea2Transformer2DModel for this shape.
 
     Raises UserError for ablations diffusers cannot express (gate off, partial RoPE,
-    time tokens).
+    time tokens, position interpolation).
     """
+    if cfg.rope_ref_grid:
+        raise UserError(
+            f"config {cfg.name!r} interpolates RoPE positions (rope_ref_grid="
+            f"{cfg.rope_ref_grid}), which diffusers' {DIFFUSERS_CLASS} cannot represent; "
+            "save it in the krea format instead"
+        )
     if not cfg.attn_gate or cfg.timestep_tokens or cfg.rope_dims != cfg.head_dim:
         raise UserError(
             f"config {cfg.name!r} uses an ablation (attn_gate={cfg.attn_gate}, rope_fraction="

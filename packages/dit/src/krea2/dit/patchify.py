@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -22,12 +24,24 @@ def unpatchify(tokens: Tensor, patch: int, h: int, w: int) -> Tensor:
 
 
 def image_positions(
-    text_len: int, grid_h: int, grid_w: int, device: torch.device | str | None = None
+    text_len: int,
+    grid_h: int,
+    grid_w: int,
+    device: torch.device | str | None = None,
+    ref_grid: int = 0,
 ) -> Tensor:
-    """RoPE positions [text_len + grid_h*grid_w, 3] float: text rows (0, 0, 0), image (0, i, j)."""
+    """RoPE positions [text_len + grid_h*grid_w, 3] float: text rows (0, 0, 0), image (0, i, j).
+
+    ``ref_grid`` > 0 scales the image rows by ref_grid / sqrt(grid_h * grid_w) (position
+    interpolation; ``DiTConfig.rope_ref_grid``): an 8x8 grid is unchanged for ref_grid=8, a
+    16x16 grid gets positions 0, 0.5, ..., 7.5.
+    """
     ii, jj = torch.meshgrid(
         torch.arange(grid_h, device=device), torch.arange(grid_w, device=device), indexing="ij"
     )
     img = torch.stack([torch.zeros_like(ii), ii, jj], dim=-1).reshape(-1, 3)
     txt = torch.zeros(text_len, 3, dtype=img.dtype, device=device)
-    return torch.cat([txt, img]).float()
+    pos = torch.cat([txt, img]).float()
+    if ref_grid:
+        pos[text_len:] *= ref_grid / math.sqrt(grid_h * grid_w)
+    return pos
