@@ -58,6 +58,10 @@ class DedupConfig:
     phash8_max_distance: int = 10  # of 64 bits
     bands: int = 8  # multi-index hashing: the phash is cut into this many bands
     hue_max_distance: float = 0.3  # total variation of saturated-hue histograms, 0..1
+    # Memory for the near-duplicate search: the in-memory FAISS index takes ~252 B per image;
+    # past this budget the search runs over on-disk partitions (see dedup_partitioned).
+    max_memory_mb: float = 2048.0
+    spill_dir: str = ""  # partition files go here ("" = the system temp dir)
 
 
 @dataclass(frozen=True)

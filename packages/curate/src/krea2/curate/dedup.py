@@ -9,8 +9,10 @@ tell a recoloured small object apart; see ``hashes.hue_histogram``). Candidates 
 ``IndexBinaryMultiHash``: the phash is cut into ``bands`` bands and every hash within
 ``⌊max_phash / bands⌋`` flips of a query band is probed, so by pigeonhole no pair within
 ``max_phash`` is missed and nothing is all-pairs. The index holds the 18-byte hashes plus
-its buckets in memory (about 100M images per 4 GiB); past one host's memory the same
-search has to run over partitions, which is not built yet.
+its buckets in memory (measured 252 bytes per image: 16M images per 4 GiB). When that does
+not fit ``max_memory_mb``, ``dedup_partitioned`` finds the same pairs from band keys routed to
+partition files, each loaded alone within the budget; either way the verified pairs (small)
+form the graph whose connected components are the groups.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from krea2.curate.config import DedupConfig
+from krea2.curate.dedup_partitioned import partitioned_pairs
 from krea2.curate.hashes import hue_distance
+
+IN_MEMORY_BYTES_PER_IMAGE = 252  # IndexBinaryMultiHash, 144 bits, 8 bands (1M random hashes)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,32 @@ def _popcount(x: np.ndarray) -> np.ndarray:
     return np.unpackbits(x, axis=1).sum(axis=1)
 
 
+def verified_pairs(
+    pairs: np.ndarray,
+    phash: np.ndarray,
+    colorhash: np.ndarray,
+    phash8: np.ndarray,
+    max_phash: int,
+    max_color: int,
+    max_phash8: int,
+    hue: np.ndarray | None = None,
+    max_hue: float = 0.3,
+) -> np.ndarray:
+    """The (k, 2) candidate pairs whose phash12, colorhash, phash8 (and hue) distances are all
+    within their limits. Rows are gathered per pair, so the arrays may be memmaps."""
+    if not len(pairs):
+        return pairs
+    a, b = pairs[:, 0], pairs[:, 1]
+    ok = (
+        (_popcount(phash[a] ^ phash[b]) <= max_phash)
+        & (_popcount(colorhash[a] ^ colorhash[b]) <= max_color)
+        & (_popcount(phash8[a] ^ phash8[b]) <= max_phash8)
+    )
+    if hue is not None:
+        ok &= hue_distance(hue[a], hue[b]) <= max_hue
+    return pairs[ok]
+
+
 def near_duplicate_pairs(
     phash: np.ndarray,
     colorhash: np.ndarray,
@@ -59,15 +91,29 @@ def near_duplicate_pairs(
     chunk: int = 65536,
     hue: np.ndarray | None = None,
     max_hue: float = 0.3,
+    max_memory_mb: float | None = None,
+    workdir: str | None = None,
 ) -> np.ndarray:
     """Duplicate edges among n images. ``phash`` (n, 18) uint8 (12×12), ``colorhash`` (n, 6)
-    uint8, ``phash8`` (n, 8) uint8, ``hue`` (n, 19) uint8 or None → (m, 2) int64 pairs i < j."""
+    uint8, ``phash8`` (n, 8) uint8, ``hue`` (n, 19) uint8 or None → (m, 2) int64 pairs i < j.
+
+    With ``max_memory_mb`` set and an in-memory index that would not fit it, the search runs
+    over partition files in ``workdir`` (default: the system temp dir) instead; the pairs are
+    the same."""
     n, nbytes = phash.shape
     d = nbytes * 8
     if d % bands:
         raise ValueError(f"{d} phash bits do not split into {bands} equal bands")
     if n < 2:
         return np.zeros((0, 2), np.int64)
+    limits = (max_phash, max_color, max_phash8)
+    if max_memory_mb is not None and n * IN_MEMORY_BYTES_PER_IMAGE > max_memory_mb * 2**20:
+
+        def check(pairs: np.ndarray) -> np.ndarray:
+            return verified_pairs(pairs, phash, colorhash, phash8, *limits, hue, max_hue)
+
+        budget = int(max_memory_mb * 2**20)
+        return partitioned_pairs(phash, check, max_phash, bands, budget, workdir)[0]
     index = faiss.IndexBinaryMultiHash(d, bands, d // bands)
     index.nflip = max_phash // bands
     index.add(np.ascontiguousarray(phash))
@@ -79,15 +125,7 @@ def near_duplicate_pairs(
         keep = ids > rows  # each pair once, no self-pairs
         found.append(np.stack([rows[keep], ids[keep]], axis=1))
     pairs = np.concatenate(found).astype(np.int64)
-    if len(pairs):
-        a, b = pairs[:, 0], pairs[:, 1]
-        ok = (_popcount(colorhash[a] ^ colorhash[b]) <= max_color) & (
-            _popcount(phash8[a] ^ phash8[b]) <= max_phash8
-        )
-        if hue is not None:
-            ok &= hue_distance(hue[a], hue[b]) <= max_hue
-        pairs = pairs[ok]
-    return pairs
+    return verified_pairs(pairs, phash, colorhash, phash8, *limits, hue, max_hue)
 
 
 def exact_duplicate_pairs(md5s: list[str]) -> np.ndarray:
@@ -114,14 +152,26 @@ def dedup(
     bands: int = 8,
     hue: np.ndarray | None = None,
     max_hue: float = 0.3,
+    max_memory_mb: float | None = None,
+    workdir: str | None = None,
 ) -> DedupResult:
     """Group exact and near duplicates into connected components and keep one per group:
     the largest (``areas``, pixels of the original), then the earliest (lowest index, i.e.
-    ingest order)."""
+    ingest order). ``max_memory_mb``/``workdir``: see ``near_duplicate_pairs``."""
     n = len(md5s)
     exact = exact_duplicate_pairs(md5s)
     near = near_duplicate_pairs(
-        phash, colorhash, phash8, max_phash, max_color, max_phash8, bands, hue=hue, max_hue=max_hue
+        phash,
+        colorhash,
+        phash8,
+        max_phash,
+        max_color,
+        max_phash8,
+        bands,
+        hue=hue,
+        max_hue=max_hue,
+        max_memory_mb=max_memory_mb,
+        workdir=workdir,
     )
     pairs = np.concatenate([exact, near]) if len(near) else exact
     graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
@@ -139,3 +189,30 @@ def dedup(
         same = md5s[i] == md5s[keeper_of[group[i]]]
         kind[i] = "exact_duplicate" if same else "near_duplicate"
     return DedupResult(group, keep, kind, pairs)
+
+
+def dedup_configured(
+    md5s: list[str],
+    phash: np.ndarray,
+    colorhash: np.ndarray,
+    phash8: np.ndarray,
+    areas: np.ndarray,
+    hue: np.ndarray | None,
+    d: DedupConfig,
+) -> DedupResult:
+    """``dedup`` with the thresholds, bands and memory budget of a ``DedupConfig``."""
+    return dedup(
+        md5s,
+        phash,
+        colorhash,
+        phash8,
+        areas,
+        d.phash12_max_distance,
+        d.colorhash_max_distance,
+        d.phash8_max_distance,
+        d.bands,
+        hue=hue,
+        max_hue=d.hue_max_distance,
+        max_memory_mb=d.max_memory_mb,
+        workdir=d.spill_dir or None,
+    )

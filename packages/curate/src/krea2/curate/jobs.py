@@ -267,7 +267,7 @@ def scan_all(wh: Warehouse, where: list, columns: list[str], page: int = 10_000)
 def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     """Recompute duplicate groups over every analyzed row that passed the cheap filters and
     write ``dup_keep``/``dup_kind``/``dup_of``. Rows are ordered by ingest ``seq``."""
-    from krea2.curate.dedup import dedup
+    from krea2.curate.dedup import dedup_configured
 
     cols = ["image_key", "seq", "md5", "width", "height", "phash8", "phash12", "colorhash",
             "huehist"]  # fmt: skip
@@ -279,20 +279,15 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     def stack(col: str, n: int) -> np.ndarray:
         return np.stack([np.frombuffer(bytes(r[col]), np.uint8)[:n] for r in rows])
 
-    d = cfg.dedup
     areas = np.asarray([(r["width"] or 0) * (r["height"] or 0) for r in rows], np.int64)
-    result = dedup(
+    result = dedup_configured(
         [r["md5"] for r in rows],
         stack("phash12", 18),
         stack("colorhash", 6),
         stack("phash8", 8),
         areas,
-        d.phash12_max_distance,
-        d.colorhash_max_distance,
-        d.phash8_max_distance,
-        d.bands,
-        hue=stack("huehist", 19),
-        max_hue=d.hue_max_distance,
+        stack("huehist", 19),
+        cfg.dedup,
     )
     keeper = {int(result.group[i]): rows[i]["image_key"] for i in np.nonzero(result.keep)[0]}
     patch = [

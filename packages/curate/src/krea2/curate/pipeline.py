@@ -15,7 +15,7 @@ from krea2.curate.analysis import ImageAnalysis, analyze_bytes, decode_limits
 from krea2.curate.concepts import ConceptVerdict, rebalance
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
-from krea2.curate.dedup import DedupResult, dedup
+from krea2.curate.dedup import DedupResult, dedup_configured
 from krea2.curate.filters.base import FilterResult
 from krea2.curate.ocr import OcrEngine, OcrResult, text_filters
 from krea2.curate.tagging import Tagger
@@ -55,20 +55,7 @@ def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> Dedu
     phash8 = np.stack([np.frombuffer(a.hashes["phash8"], np.uint8) for a in analyses])
     hue = np.stack([np.frombuffer(a.hashes["huehist"], np.uint8) for a in analyses])
     areas = np.asarray([(a.width or 0) * (a.height or 0) for a in analyses], np.int64)
-    d = cfg.dedup
-    return dedup(
-        md5s,
-        phash,
-        color,
-        phash8,
-        areas,
-        d.phash12_max_distance,
-        d.colorhash_max_distance,
-        d.phash8_max_distance,
-        d.bands,
-        hue=hue,
-        max_hue=d.hue_max_distance,
-    )
+    return dedup_configured(md5s, phash, color, phash8, areas, hue, cfg.dedup)
 
 
 def ocr_image(data: bytes, cfg: CurateConfig, engine: OcrEngine) -> tuple[OcrResult, list]:
