@@ -28,13 +28,22 @@ from pathlib import Path
 import cv2
 import imagehash
 import numpy as np
+import scipy.fft
 from PIL import Image
 
 from krea2.curate.analysis import analyze_bytes, decode_limits
+from krea2.curate.colour_table import colour_counts
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
 from krea2.curate.filters import run_cheap_filters
-from krea2.curate.hashes import image_hashes
+from krea2.curate.filters.border import border_fraction
+from krea2.curate.filters.complexity import edge_density
+from krea2.curate.filters.entropy import channel_histograms, rgb_entropy
+from krea2.curate.filters.extremes import black_ratio, white_ratio
+from krea2.curate.filters.flat import flat_ratio
+from krea2.curate.filters.laplacian import laplacian_variance
+from krea2.curate.hashes import image_hashes, pillow_luma
+from krea2.curate.resample import lanczos_resize
 from krea2.curate.shapes import render, sample_scene
 
 try:
@@ -107,6 +116,45 @@ def per_image_seconds(fn, images: dict[str, bytes], repeats: int) -> list[float]
     return out
 
 
+def elementary_ops() -> dict:
+    """Each per-pixel step of our filters and hashes as its own call, on (h, w, 3) analysis
+    pixels: where the non-decode time goes, and a floor for it short of fusing the passes in
+    native code (each step is a few OpenCV/numpy/BLAS calls already)."""
+
+    def histogram_filters(px: np.ndarray) -> None:
+        hists = channel_histograms(px)
+        rgb_entropy(px, hists), flat_ratio(px, hists)
+
+    def grey(px: np.ndarray) -> np.ndarray:
+        return cv2.cvtColor(px, cv2.COLOR_RGB2GRAY)
+
+    return {
+        "cv2 grey": grey,
+        "Laplacian tile variance": lambda px: laplacian_variance(grey(px)),
+        "channel histograms, entropy, flat-colour mask": histogram_filters,
+        "white / black masks": lambda px: (white_ratio(px), black_ratio(px)),
+        "Canny edge density": lambda px: edge_density(grey(px)),
+        "border bands": lambda px: border_fraction(px, grey(px)),
+        "Pillow luma (exact, for phash)": pillow_luma,
+        "colour-class lookup (colorhash, hue)": colour_counts,
+    }
+
+
+def luma_ops() -> dict:
+    """The phash steps after the luma, on (h, w) uint8 luma."""
+
+    def dct_median(small: np.ndarray, size: int) -> np.ndarray:
+        c = scipy.fft.dct(scipy.fft.dct(small.astype(np.float64), axis=0), axis=1)[:size, :size]
+        return c > np.median(c)
+
+    return {
+        "Lanczos 48² + 32² (exact)": lambda g: [lanczos_resize(g, s, s) for s in (48, 32)],
+        "DCT + median, both phashes": lambda g: [
+            dct_median(g[: 4 * s, : 4 * s], s) for s in (12, 8)
+        ],
+    }
+
+
 def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig) -> dict:
     limits = decode_limits(cfg)
     ours = per_image_seconds(lambda d: analyze_bytes(d, cfg), images, repeats)
@@ -116,6 +164,13 @@ def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig
     t = cfg.thresholds()
     filt = per_image_seconds(lambda im: run_cheap_filters(im, t), decoded, repeats)
     hashes = per_image_seconds(lambda im: image_hashes(im.pixels), decoded, repeats)
+    pixels = {k: im.pixels for k, im in decoded.items()}
+    lumas = {k: pillow_luma(px) for k, px in pixels.items()}
+    ops = {
+        op: 1000 * float(np.mean(per_image_seconds(fn, inputs, repeats)))
+        for ops, inputs in ((elementary_ops(), pixels), (luma_ops(), lumas))
+        for op, fn in ops.items()
+    }
     mp = [Image.open(io.BytesIO(d)).size for d in images.values()]
     return {
         "set": name,
@@ -130,7 +185,26 @@ def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig
         "filters_ms": 1000 * sum(filt) / len(filt),
         "hashes_ms": 1000 * sum(hashes) / len(hashes),
         "baseline_ms": 1000 * sum(base) / len(base),
+        "ops_ms": ops,
     }
+
+
+def ops_table(results: list[dict]) -> str:
+    """Where our non-decode time goes, per set, and the decode share it allows at best."""
+    names = list(results[0]["ops_ms"])
+    rows = [[op, *(f"{r['ops_ms'][op]:.3f}" for r in results)] for op in names]
+    floors = [sum(r["ops_ms"].values()) for r in results]
+    rows.append(["**sum of the steps**", *(f"**{f:.3f}**" for f in floors)])
+    rows.append(["decode", *(f"{r['decode_ms']:.3f}" for r in results)])
+    rows.append(["ours, whole analysis", *(f"{r['ours_ms']:.3f}" for r in results)])
+    best = [r["decode_ms"] / (r["decode_ms"] + f) for r, f in zip(results, floors, strict=True)]
+    rows.append(["decode share if only the steps remained", *(f"{b:.0%}" for b in best)])
+    return (
+        "Where the non-decode time goes (ms per image, each step timed alone on the analysis "
+        "pixels; every step is already a few OpenCV/numpy/BLAS calls, so their sum is "
+        "the floor for filters + hashes short of fusing the passes in native code):\n\n"
+        + table(["step", *(r["set"] for r in results)], rows)
+    )
 
 
 def main() -> None:
@@ -187,6 +261,7 @@ def main() -> None:
             rows,
         )
     )
+    md += "\n\n" + ops_table(results)
     write_results("curate", {"results": results, "repeats": args.repeats}, md)
     print(md)
 

@@ -61,6 +61,7 @@ def phash_bits(pixels: np.ndarray, hash_size: int = 12) -> np.ndarray:
 
 
 def _phash_from_grey(grey: np.ndarray, hash_size: int) -> np.ndarray:
+    """(h, w) luma, uint8 or its float64 copy → (hash_size, hash_size) bool."""
     side = hash_size * PHASH_HIGHFREQ_FACTOR
     small = lanczos_resize(grey, side, side).astype(np.float64)
     coeffs = scipy.fft.dct(scipy.fft.dct(small, axis=0), axis=1)[:hash_size, :hash_size]
@@ -131,7 +132,7 @@ def image_hashes(pixels: np.ndarray) -> dict[str, bytes]:
     """All perceptual hashes of one decode: phash8 (8 B), phash12 (18 B), colorhash (42 bits
     padded to 6 B), huehist (19 B). One luma for both phashes, one colour-table lookup for
     colorhash and the hue histogram."""
-    grey = pillow_luma(pixels)
+    grey = pillow_luma(pixels).astype(np.float64)  # converted once for both resizes
     counts = colour_counts(pixels)
     return {
         "phash8": pack_bits(_phash_from_grey(grey, 8)),
