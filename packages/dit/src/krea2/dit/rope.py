@@ -32,9 +32,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """
     r = 2 * cos.shape[-1]
     rot, rest = (x, None) if r == x.shape[-1] else (x[..., :r], x[..., r:])
-    # The pair rotation is a complex product (x0 + i x1)(cos + i sin): one kernel forward
-    # and one backward, instead of a dozen real ops on strided halves and a stack.
-    pairs = torch.view_as_complex(rot.float().unflatten(-1, (-1, 2)).contiguous())
-    turn = torch.complex(cos, sin).unsqueeze(-2)
-    out = torch.view_as_real(pairs * turn).flatten(-2).to(x.dtype)
+    pairs = rot.float().unflatten(-1, (-1, 2))
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2).to(x.dtype)
     return out if rest is None else torch.cat([out, rest], dim=-1)
