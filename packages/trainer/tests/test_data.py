@@ -118,3 +118,61 @@ def test_shard_breaking_the_contract_is_named(tmp_path):
 def test_batch_larger_than_every_run_is_explained(mixed):
     with pytest.raises(UserError, match=r"no run of 64 rows of one bucket"):
         ShardIndex(mixed, 64, 0)
+
+
+KILLED_LOADER = """
+import os, sys, time
+from krea2.trainer.data import ShardIndex, batch_loader
+if __name__ == "__main__":
+    index = ShardIndex(sys.argv[1:], 4, seed=3)
+    for batch in batch_loader(index, 0, 1, 0, 10_000, workers=1, prefetch=2):
+        print("batch", flush=True)
+        time.sleep(60)
+"""
+
+
+def test_decode_workers_exit_when_the_trainer_is_killed(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    # Batches larger than a pipe's buffer: an orphaned worker's queue thread then blocks
+    # forever on a pipe nobody reads, so the DataLoader's own parent watchdog never exits it.
+    rows = toy_rows(16, 256, 256, seed=0)
+    shard = write_shard(tmp_path / "big.parquet", rows, "toy", 0, 4)
+    script = tmp_path / "loader.py"
+    script.write_text(KILLED_LOADER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(shard)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "batch"  # the worker is up and decoding
+    children = [
+        int(pid)
+        for pid in os.listdir("/proc")
+        if pid.isdigit() and _parent_of(int(pid)) == proc.pid
+    ]
+    assert children
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(c) for c in children):
+        time.sleep(0.1)
+    assert not any(_alive(c) for c in children)
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -210,11 +210,33 @@ class StepBatches(torch.utils.data.Dataset):
         }
 
 
+def _exit_with_parent(_worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: a decode worker dies with the training process.
+
+    Without it a trainer killed by SIGKILL (OOM killer, preemption, a user) leaves its
+    workers running, orphaned, decoding batches nobody reads. Linux only; elsewhere the
+    DataLoader's own parent watchdog remains.
+    """
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def batch_loader(
     index: ShardIndex, rank: int, world: int, start: int, stop: int, workers: int, prefetch: int
 ):
     """Iterate the batches of steps ``[start, stop)`` in order, decoded by ``workers``
-    processes (spawned: forking after pyarrow's thread pools started is unsafe)."""
+    processes (spawned: forking after pyarrow's thread pools started is unsafe) that exit
+    when the training process does, however it ends."""
     ds = StepBatches(index, rank, world, start, stop)
     if workers == 0:
         return (ds[i] for i in range(len(ds)))
@@ -226,4 +248,5 @@ def batch_loader(
         prefetch_factor=prefetch,
         multiprocessing_context="spawn",
         persistent_workers=False,
+        worker_init_fn=_exit_with_parent,
     )
