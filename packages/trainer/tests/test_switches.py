@@ -123,3 +123,38 @@ def test_meta_init_materialises_every_parameter_and_trains(write_job):
     loss = _step(module)
     loss.backward()
     assert torch.isfinite(loss)
+
+
+def test_bf16_autocast_keeps_fp32_outputs_and_gradients_close(write_job):
+    job = write_job()
+    ref_module = _module(job)
+    ref = _step(ref_module)
+    ref.backward()
+    cfg = load_config(JobConfig, job, ["model.autocast=bfloat16"])
+    module = build_module(cfg, cfg.stages[0], init_distributed(cfg))
+    assert module.autocast == torch.bfloat16
+    loss = _step(module)
+    loss.backward()
+    # Master weights, outputs and gradients stay fp32; bf16 only inside the matmuls.
+    assert loss.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in module.parameters())
+    assert abs(loss.item() / ref.item() - 1) < 0.02
+    g = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+    g_ref = torch.cat([p.grad.flatten() for p in ref_module.parameters() if p.grad is not None])
+    assert g.dtype == torch.float32
+    assert torch.nn.functional.cosine_similarity(g, g_ref, dim=0) > 0.99
+
+
+def test_autocast_modes_resolve_per_layout_and_reject_unknown(write_job):
+    import pytest
+
+    from krea2.infra.errors import UserError
+    from krea2.trainer.build import autocast_dtype
+
+    env = init_distributed(load_config(JobConfig, write_job()))
+    assert autocast_dtype("none", env) is None
+    assert autocast_dtype("bfloat16", env) is torch.bfloat16
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert autocast_dtype("auto", env) is (torch.bfloat16 if native else None)
+    with pytest.raises(UserError, match="choose 'none', 'bfloat16' or 'auto'"):
+        autocast_dtype("fp16", env)

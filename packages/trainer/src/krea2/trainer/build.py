@@ -20,11 +20,18 @@ class TrainModule(nn.Module):
     """Everything trained together: ``dit`` (Krea2DiT), ``text`` (conditioner), ``irepa``
     (projector head, only while iREPA is on). One root, so FSDP's hooks wrap one forward."""
 
-    def __init__(self, dit: nn.Module, text: nn.Module, irepa: nn.Module | None) -> None:
+    def __init__(
+        self,
+        dit: nn.Module,
+        text: nn.Module,
+        irepa: nn.Module | None,
+        autocast: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.dit = dit
         self.text = text
         self.irepa = irepa
+        self.autocast = autocast  # forward's torch.autocast dtype (None: off)
         self.irepa_layer: int | None = None
         self._tap: Tensor | None = None
 
@@ -51,16 +58,18 @@ class TrainModule(nn.Module):
 
         ``irepa_target`` [B, enc_dim, H/p, W/p]: encoder patch features of the clean image.
         """
-        txt, mask = self.text(captions)
-        txt = txt.to(x_t.dtype)
-        v = self.dit.velocity(x_t, txt, t, mask)
-        aux = None
-        if irepa_target is not None and self._tap is not None:
-            n = irepa_target.shape[2] * irepa_target.shape[3]
-            tokens = self._tap[:, txt.shape[1] : txt.shape[1] + n]
-            aux = self.irepa(tokens, irepa_target)
+        enabled = self.autocast is not None
+        with torch.autocast(x_t.device.type, dtype=self.autocast, enabled=enabled):
+            txt, mask = self.text(captions)
+            txt = txt.to(x_t.dtype)
+            v = self.dit.velocity(x_t, txt, t, mask)
+            aux = None
+            if irepa_target is not None and self._tap is not None:
+                n = irepa_target.shape[2] * irepa_target.shape[3]
+                tokens = self._tap[:, txt.shape[1] : txt.shape[1] + n]
+                aux = self.irepa(tokens, irepa_target).float()
         self._tap = None
-        return v, aux
+        return v.to(x_t.dtype), aux
 
 
 def build_autoencoder(spec: str, factor: int, device: torch.device) -> nn.Module:
@@ -123,7 +132,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         head.to(env.device)
     if not meta:
         dit.to(env.device)
-    module = TrainModule(dit, text, head)
+    module = TrainModule(dit, text, head, autocast_dtype(cfg.model.autocast, env))
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
     par.apply_ac(dit, stage.checkpointing)
@@ -144,6 +153,23 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         if not env.distributed:
             dit.to(dtype)
     return module
+
+
+def autocast_dtype(mode: str, env: DistEnv) -> torch.dtype | None:
+    """The forward's autocast dtype for ``ModelConfig.autocast`` on this layout."""
+    if mode == "none":
+        return None
+    if mode == "bfloat16":
+        return torch.bfloat16
+    if mode != "auto":
+        raise UserError(f"model.autocast = {mode!r}; choose 'none', 'bfloat16' or 'auto'")
+    if env.distributed and env.device.type == "cuda":
+        return None  # FSDP's MixedPrecisionPolicy already runs the forward in bf16
+    if env.device.type == "cuda":
+        return torch.bfloat16
+    if env.device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return torch.bfloat16
+    return None  # emulated bf16 would be slower than fp32
 
 
 def irepa_encoder_dim(stage: StageConfig) -> int:

@@ -53,6 +53,10 @@ class ModelConfig:
     autoencoder: str = "pixel"  # "pixel" (PixelAE, the toy) or "qwen-image:/path", "flux2:/path"
     ae_factor: int = 1  # PixelAE space-to-depth factor
     dtype: str = "float32"  # param dtype on one device; bf16 mixed precision comes from FSDP
+    # Forward under torch.autocast on one device (fp32 master weights, bf16 matmuls):
+    # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast and the CPU has
+    # native bf16 matmuls, e.g. avx512_bf16 / AMX; 1.45x per toy step on 2 cores).
+    autocast: str = "none"
     init_device: str = "auto"  # "cpu": seeded CPU build; "meta": build on meta, shard, then
     # init on the device (no full copy in host memory); "auto": meta above 2B parameters
 
