@@ -95,3 +95,54 @@ def test_a_finished_stage_samples_like_the_trainers_own_grid(write_job, tmp_path
     again = sample_stage(job, 0, prompts, [0, 1], steps=3, cfg_scale=2.0)
     assert np.array_equal(images, again)  # fixed seeds: the same pixels every time
     assert not np.array_equal(images[:, 0], images[:, 1])
+
+
+def test_a_stage_with_a_doubled_patch_starts_as_the_upsampled_previous_model(
+    write_job, tmp_path, shards
+):
+    import torch
+    import torch.nn.functional as F
+
+    from krea2.infra.config import load_config
+    from krea2.trainer.build import build_module
+    from krea2.trainer.config import JobConfig
+    from krea2.trainer.distributed import init_distributed
+    from krea2.trainer.inference import load_stage_module, sample_stage
+    from krea2.trainer.testing import write_toy_shards
+    from krea2.trainer.trainer import Trainer
+
+    write_toy_shards(tmp_path / "s64", 16, size=(64, 64), files=1, batch_size=8, seed=3)
+    high = f"""
+[[stages]]
+name = "high"
+data = ["{tmp_path / "s64"}"]
+resolution = 64
+patch = 8
+steps = 2
+batch_size = 8
+[stages.schedule]
+warmup_steps = 0
+"""
+    path = write_job("patch", steps=3)
+    path.write_text(path.read_text() + high)
+    run_job(path, [], resume=False)
+    rows = [r for r in read_metrics(tmp_path / "patch" / "metrics.jsonl") if r["kind"] == "train"]
+    tokens = {r["stage"]: r["image_tokens"] for r in rows}
+    assert tokens == {"pretrain": 64, "high": 64}  # 32 px / 4 and 64 px / 8: one token grid
+
+    job = load_config(JobConfig, path, [])
+    low = load_stage_module(job, 0, trained=True)
+    start = build_module(job, job.stages[1], init_distributed(job))
+    Trainer(job, resume=True)._init_weights(1, job.stages[1], start)
+    assert start.dit.first.weight.shape[1] == 3 * 8 * 8
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 32, 32, generator=g)
+    t = torch.tensor([0.4, 0.9])
+    captions = ["a green square in the center", "a blue circle"]
+    with torch.no_grad():
+        v_low, _ = low(x, t, captions)
+        v_high, _ = start.eval()(F.interpolate(x, scale_factor=2, mode="nearest"), t, captions)
+    up = F.interpolate(v_low, scale_factor=2, mode="nearest")
+    torch.testing.assert_close(v_high, up, rtol=1e-4, atol=1e-4)
+    images = sample_stage(job, 1, captions, [0], steps=2, cfg_scale=2.0)
+    assert images.shape == (2, 1, 64, 64, 3)

@@ -158,3 +158,54 @@ def test_autocast_modes_resolve_per_layout_and_reject_unknown(write_job):
     assert autocast_dtype("auto", env) is (torch.bfloat16 if native else None)
     with pytest.raises(UserError, match="choose 'none', 'bfloat16' or 'auto'"):
         autocast_dtype("fp16", env)
+
+
+def test_x0_prediction_turns_the_dit_output_into_a_velocity(write_job):
+    import pytest
+
+    from krea2.infra.errors import UserError
+
+    cfg = load_config(JobConfig, write_job(), ["model.prediction=x0", "model.x0_min_t=0.1"])
+    module = build_module(cfg, cfg.stages[0], init_distributed(cfg))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 3, 32, 32, generator=g)
+    t = torch.tensor([0.02, 0.5, 0.9])
+    captions = ["a red disc", "a blue square", ""]
+    with torch.no_grad():
+        v, _ = module(x, t, captions)
+        txt, mask = module.text(captions)
+        x0 = module.dit.velocity(x, txt, t, mask)  # the raw DiT output, read as x0
+    # v = (x_t - x0) / max(t, 0.1): one Euler step to t = 0 lands on the predicted x0.
+    tt = t.clamp_min(0.1).view(-1, 1, 1, 1)
+    torch.testing.assert_close(v, (x - x0) / tt)
+    torch.testing.assert_close(x[1:] - t[1:].view(-1, 1, 1, 1) * v[1:], x0[1:])
+    bad = load_config(JobConfig, write_job("bad"), ["model.prediction=eps"])
+    with pytest.raises(UserError, match="choose 'velocity', 'x0' or 'split'"):
+        build_module(bad, bad.stages[0], init_distributed(bad))
+
+
+def test_split_prediction_is_velocity_for_block_means_and_x0_for_the_detail(write_job):
+    import torch.nn.functional as F
+
+    from krea2.trainer.build import detail_factor
+
+    cfg = load_config(JobConfig, write_job(), ["model.prediction=split"])
+    assert detail_factor(cfg, cfg.stages[0]) == 1  # the model's own patch: plain velocity
+    cfg.stages[0].patch = 8  # twice the toy's patch 4
+    assert detail_factor(cfg, cfg.stages[0]) == 2
+    module = build_module(cfg, cfg.stages[0], init_distributed(cfg))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 16, 16, generator=g)
+    t = torch.tensor([0.3, 0.7])
+    coarse_v = F.interpolate(torch.randn(2, 3, 8, 8, generator=g), scale_factor=2)
+    v = module._velocity(coarse_v, x, t)  # a DiT output without detail: x0 detail = 0
+    mean = F.interpolate(F.avg_pool2d(x, 2), scale_factor=2)
+    torch.testing.assert_close(v, coarse_v + (x - mean) / t.view(-1, 1, 1, 1))
+    # The true velocity is reproduced exactly by the output (v's block means, x0's detail).
+    x0, eps = torch.randn(2, 3, 16, 16, generator=g), torch.randn(2, 3, 16, 16, generator=g)
+    tt = t.view(-1, 1, 1, 1)
+    x_t = (1 - tt) * x0 + tt * eps
+    true_v = eps - x0
+    vmean = F.interpolate(F.avg_pool2d(true_v, 2), scale_factor=2)
+    x0_detail = x0 - F.interpolate(F.avg_pool2d(x0, 2), scale_factor=2)
+    torch.testing.assert_close(module._velocity(vmean + x0_detail, x_t, t), true_v)

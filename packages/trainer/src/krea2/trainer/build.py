@@ -26,8 +26,14 @@ class TrainModule(nn.Module):
         text: nn.Module,
         irepa: nn.Module | None,
         autocast: torch.dtype | None = None,
+        prediction: str = "velocity",
+        min_t: float = 0.05,
+        detail: int = 1,
     ) -> None:
         super().__init__()
+        self.prediction = prediction  # what the DiT's output means (ModelConfig.prediction)
+        self.min_t = min_t  # floor of t where x0 is turned into v = (x_t - x0) / t
+        self.detail = detail  # "split": block side whose mean is v and whose detail is x0
         self.dit = dit
         self.text = text
         self.irepa = irepa
@@ -69,7 +75,19 @@ class TrainModule(nn.Module):
                 tokens = self._tap[:, txt.shape[1] : txt.shape[1] + n]
                 aux = self.irepa(tokens, irepa_target).float()
         self._tap = None
-        return v.to(x_t.dtype), aux
+        return self._velocity(v.to(x_t.dtype), x_t, t), aux
+
+    def _velocity(self, out: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
+        """The velocity that the DiT output ``out`` [B, C, H, W] stands for."""
+        if self.prediction == "velocity" or (self.prediction == "split" and self.detail == 1):
+            return out
+        tt = t.to(x_t.dtype).clamp_min(self.min_t).view(-1, *[1] * (x_t.dim() - 1))
+        if self.prediction == "x0":  # v = eps - x0 with eps = (x_t - (1 - t) x0) / t
+            return (x_t - out) / tt
+        # "split": v for the mean of each detail x detail block, x0 for what is left inside
+        # it; the detail of v is then (detail(x_t) - detail(x0)) / t, noise passed through.
+        coarse = _block_mean(out, self.detail)
+        return coarse + ((x_t - _block_mean(x_t, self.detail)) - (out - coarse)) / tt
 
 
 def build_autoencoder(spec: str, factor: int, device: torch.device) -> nn.Module:
@@ -86,10 +104,14 @@ def build_autoencoder(spec: str, factor: int, device: torch.device) -> nn.Module
     return ae.to(device).eval().requires_grad_(False)
 
 
-def dit_config(cfg: JobConfig):
+def dit_config(cfg: JobConfig, stage: StageConfig | None = None):
+    """The DiT config of the job, with ``stage``'s patch when it sets one."""
     from krea2.dit.config import get_config
 
-    return get_config(cfg.model.name, **cfg.model.overrides)
+    overrides = dict(cfg.model.overrides)
+    if stage is not None and stage.patch is not None:
+        overrides["patch"] = stage.patch
+    return get_config(cfg.model.name, **overrides)
 
 
 def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModule:
@@ -102,7 +124,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     from krea2.trainer.irepa import IrepaHead
     from krea2.trainer.text import build_text
 
-    dcfg = dit_config(cfg)
+    dcfg = dit_config(cfg, stage)
     meta = cfg.model.init_device == "meta" or (
         cfg.model.init_device == "auto" and param_count(dcfg) > 2_000_000_000
     )
@@ -132,7 +154,15 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         head.to(env.device)
     if not meta:
         dit.to(env.device)
-    module = TrainModule(dit, text, head, autocast_dtype(cfg.model.autocast, env))
+    module = TrainModule(
+        dit,
+        text,
+        head,
+        autocast_dtype(cfg.model.autocast, env),
+        cfg.model.prediction,
+        cfg.model.x0_min_t,
+        detail_factor(cfg, stage),
+    )
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
     par.apply_ac(dit, stage.checkpointing)
@@ -153,6 +183,28 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         if not env.distributed:
             dit.to(dtype)
     return module
+
+
+def _block_mean(x: Tensor, k: int) -> Tensor:
+    """Each k x k block of x [B, C, H, W] replaced by its mean."""
+    return torch.nn.functional.avg_pool2d(x, k).repeat_interleave(k, -2).repeat_interleave(k, -1)
+
+
+def detail_factor(cfg: JobConfig, stage: StageConfig) -> int:
+    """For ``prediction = "split"``: the stage's patch over the model's (1 when equal)."""
+    if cfg.model.prediction not in ("velocity", "x0", "split"):
+        raise UserError(
+            f"model.prediction = {cfg.model.prediction!r}; choose 'velocity', 'x0' or 'split'"
+        )
+    base, patch = dit_config(cfg).patch, dit_config(cfg, stage).patch
+    if cfg.model.prediction != "split" or patch <= base:
+        return 1
+    if patch % base:
+        raise UserError(
+            f"stage {stage.name!r}: prediction 'split' needs patch {patch} to be a multiple "
+            f"of the model's patch {base}"
+        )
+    return patch // base
 
 
 def autocast_dtype(mode: str, env: DistEnv) -> torch.dtype | None:

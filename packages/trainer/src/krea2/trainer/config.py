@@ -57,6 +57,17 @@ class ModelConfig:
     # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast and the CPU has
     # native bf16 matmuls, e.g. avx512_bf16 / AMX; 1.45x per toy step on 2 cores).
     autocast: str = "none"
+    # What the DiT's output means (loss and sampler always work in v):
+    # "velocity": v = eps - x, the release.
+    # "x0": the clean latent, v = (x_t - x0) / max(t, x0_min_t), as in JiT; the noise never
+    #   passes through the network, so a patch wider than the model is no bottleneck.
+    # "split": in a stage whose patch is k times the model's, v for the mean of each k x k
+    #   block and x0 for the detail inside it. A stage resized from patch p to k*p then
+    #   starts exactly where the previous stage ended (its v, upsampled), and the noise of
+    #   the new detail passes through analytically instead of through the width-D network
+    #   (192 features at patch 8 against width 128 in the toy). Plain v where k = 1.
+    prediction: str = "velocity"
+    x0_min_t: float = 0.05
     init_device: str = "auto"  # "cpu": seeded CPU build; "meta": build on meta, shard, then
     # init on the device (no full copy in host memory); "auto": meta above 2B parameters
 
@@ -159,12 +170,19 @@ class StageConfig:
     irepa: IrepaConfig = field(default_factory=IrepaConfig)
     init_from: str = "previous"  # "previous" stage, "none", or a weights path
     shuffle: bool = True
+    # DiT patch for this stage (None: the model config's). A stage that starts from a stage
+    # with another patch gets the patch embedding and final projection resized
+    # (krea2.dit.patch_resize), e.g. 32 px at patch 4 then 64 px at patch 8: the same token
+    # grid and cost per step, the model starting as its own upsampled self.
+    patch: int | None = None
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
             raise ValueError(f"stage {self.name!r}: steps={self.steps} must be positive")
         if self.batch_size <= 0:
             raise ValueError(f"stage {self.name!r}: batch_size={self.batch_size} must be positive")
+        if self.patch is not None and self.patch <= 0:
+            raise ValueError(f"stage {self.name!r}: patch={self.patch} must be positive")
         if not 0.0 <= self.caption_dropout < 1.0:
             raise ValueError(f"stage {self.name!r}: caption_dropout must be in [0, 1)")
         for fmt, w in self.caption_weights.items():

@@ -60,6 +60,6 @@ def sample_stage(
     device = next(module.parameters()).device
     ae = build_autoencoder(job.model.autoencoder, job.model.ae_factor, device)
     side = stage.resolution
-    tokens = (side // (ae.spatial_factor * dit_config(job).patch)) ** 2
+    tokens = (side // (ae.spatial_factor * dit_config(job, stage).patch)) ** 2
     mu = stage_mu(stage.time_shift, tokens)
     return sample_grid(module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu)

@@ -97,8 +97,11 @@ def pma_steps(root: Path, last: int, every: int) -> list[int]:
     return steps[-last:]
 
 
-def save_dit(state: dict[str, torch.Tensor], job_config: Path, out: Path) -> Path:
-    """Write averaged weights as a released-format safetensors of the job's DiT."""
+def save_dit(
+    state: dict[str, torch.Tensor], job_config: Path, out: Path, stage: str | None = None
+) -> Path:
+    """Write averaged weights as a released-format safetensors of the job's DiT (with the
+    patch of the job's stage named ``stage``, when given)."""
     from krea2.dit.model import Krea2DiT
     from krea2.dit.weights import save_weights
     from krea2.infra.config import load_config
@@ -106,7 +109,8 @@ def save_dit(state: dict[str, torch.Tensor], job_config: Path, out: Path) -> Pat
     from krea2.trainer.config import JobConfig
 
     cfg = load_config(JobConfig, job_config)
-    model = Krea2DiT(dit_config(cfg))
+    spec = next((st for st in cfg.stages if st.name == stage), None)
+    model = Krea2DiT(dit_config(cfg, spec))
     model.load_state_dict(state, strict=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_weights(model, str(out))
@@ -117,7 +121,7 @@ def pma_from_run(run_dir: Path, stage: str, last: int, every: int, out: Path) ->
     root = Path(run_dir) / "checkpoints" / stage
     steps = pma_steps(root, last, every)
     mgr = CheckpointManager(root)
-    save_dit(average([mgr.path_of(s) for s in steps]), Path(run_dir) / "config.toml", out)
+    save_dit(average([mgr.path_of(s) for s in steps]), Path(run_dir) / "config.toml", out, stage)
     return steps
 
 

@@ -56,6 +56,19 @@ class TrainingStopped(UserError):
     """The run stopped on purpose (too many bad steps or samples); the message says why."""
 
 
+# The pixel-facing weights whose shapes depend on the patch (krea2.dit.patch_resize).
+PATCH_KEYS = ("dit.first.weight", "dit.last.linear.weight", "dit.last.linear.bias")
+
+
+def _like(value: torch.Tensor, target) -> torch.Tensor:
+    """``value`` (a full tensor) laid out as ``target``: sharded the same way if a DTensor."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(target, DTensor):
+        return distribute_tensor(value.to(target.device), target.device_mesh, target.placements)
+    return value.to(target.device)
+
+
 @dataclass
 class StageState:
     """Per-stage loop state that is saved with every checkpoint (as JSON ``extra``)."""
@@ -85,7 +98,6 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", write=self.env.is_main)
         self.ae = build_autoencoder(cfg.model.autoencoder, cfg.model.ae_factor, self.env.device)
-        self.dcfg = dit_config(cfg)
         self.latents = LatentCache(cfg.data.cache_latents)
         self._exporter = None
         if cfg.observe.prometheus_port is not None:
@@ -146,6 +158,15 @@ class Trainer:
             return
         full = get_model_state_dict(module)
         wanted = {k: v for k, v in full.items() if not k.startswith("irepa.")}
+        source_patch = self._source_patch(i, stage)
+        patch = module.dit.cfg.patch
+        if source_patch != patch:  # load the source's shapes, then resize them to this stage's
+            channels = module.dit.cfg.latent_channels
+            for key in PATCH_KEYS:
+                v = full[key]
+                shape = list(v.shape)
+                shape[1 if key == "dit.first.weight" else 0] = channels * source_patch**2
+                wanted[key] = torch.empty(shape, dtype=v.dtype, device="cpu")
         if (source / ".metadata").exists():  # a single checkpoint directory
             import torch.distributed.checkpoint as dcp
 
@@ -157,8 +178,26 @@ class Trainer:
                     f"stage {stage.name!r} starts from {source}, which has no checkpoint"
                 )
             mgr.load({"model": wanted})
+        if source_patch != patch:
+            from krea2.dit.patch_resize import resize_patch_weights
+
+            resized = resize_patch_weights(
+                {k: wanted[k] for k in PATCH_KEYS}, source_patch, patch, channels, prefix="dit."
+            )
+            for key in PATCH_KEYS:
+                wanted[key] = _like(resized[key], full[key])
+            log.info(
+                "stage %s: patch %d -> %d, pixel layers resized", stage.name, source_patch, patch
+            )
         set_model_state_dict(module, wanted, options=StateDictOptions(strict=False))
         log.info("stage %s starts from %s", stage.name, source)
+
+    def _source_patch(self, i: int, stage: StageConfig) -> int:
+        """The patch of the weights this stage starts from: the previous stage's, else the
+        model config's (a weights directory is assumed to be of the job's model)."""
+        if stage.init_from == "previous" and i > 0:
+            return dit_config(self.cfg, self.cfg.stages[i - 1]).patch
+        return dit_config(self.cfg).patch
 
     def _indexes(self, i: int, stage: StageConfig) -> tuple[ShardIndex, ShardIndex | None]:
         index = ShardIndex(
@@ -167,7 +206,7 @@ class Trainer:
             self.cfg.seed + 1000 * i,
             shuffle=stage.shuffle,
         )
-        factor = self.cfg.model.ae_factor * self.dcfg.patch
+        factor = self.cfg.model.ae_factor * dit_config(self.cfg, stage).patch
         for ref in {b.bucket: b for b in index.batches}.values():
             check_bucket(ref.size, factor, f"stage {stage.name!r}")
         eval_index = None
@@ -181,8 +220,8 @@ class Trainer:
         self, i: int, stage: StageConfig, index: ShardIndex, eval_index: ShardIndex | None
     ) -> None:
         cfg, env = self.cfg, self.env
-        factor = cfg.model.ae_factor * self.dcfg.patch
         module = build_module(cfg, stage, env)
+        factor = cfg.model.ae_factor * module.dit.cfg.patch
         lr = stage.lr if stage.lr is not None else cfg.optimizer.lr
         trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         optimizers = build_optimizers(trainable, cfg.optimizer, lr)
@@ -338,14 +377,15 @@ class Trainer:
             latents = self.latents.encode(batch["keys"], pixels, self.ae.encode)
         dtype = next(module.dit.parameters()).dtype
         latents = latents.to(dtype)
-        tokens = (latents.shape[2] // self.dcfg.patch) * (latents.shape[3] // self.dcfg.patch)
+        patch = module.dit.cfg.patch
+        tokens = (latents.shape[2] // patch) * (latents.shape[3] // patch)
         mu = stage_mu(stage.time_shift, tokens)
         t, noise = draw_time_and_noise(
             gens, tuple(latents.shape[1:]), mu, stage.time_loc, stage.time_scale
         )
         target = None
         if encoder is not None:
-            grid = (latents.shape[2] // self.dcfg.patch, latents.shape[3] // self.dcfg.patch)
+            grid = (latents.shape[2] // patch, latents.shape[3] // patch)
             target = encoder(pixels, grid)
         aux_box: list = []
 
@@ -398,7 +438,11 @@ class Trainer:
         out["tokens_per_second"] = global_batch * out["image_tokens"] / dt
         mode = stage.checkpointing.value if stage.checkpointing.value != "none" else None
         flops = cost(
-            self.dcfg, global_batch, out["image_tokens"], cfg.text.max_tokens, checkpointing=mode
+            dit_config(cfg, stage),
+            global_batch,
+            out["image_tokens"],
+            cfg.text.max_tokens,
+            checkpointing=mode,
         ).train_flops
         out["mfu"] = mfu(flops, dt, env.world, cfg.observe.peak_tflops)
         out["step"] = step
@@ -448,7 +492,7 @@ class Trainer:
         if not obs.sample_prompts:
             return
         size = (stage.resolution, stage.resolution)
-        f = self.cfg.model.ae_factor * self.dcfg.patch
+        f = self.cfg.model.ae_factor * module.dit.cfg.patch
         mu = stage_mu(stage.time_shift, (size[0] // f) * (size[1] // f))
         images = sample_grid(
             module,
