@@ -19,7 +19,7 @@ class PoolSpec:
     held_out_fraction: float = 0.15
     n_clean_multi: int = 100
     n_per_defect: int = 25
-    n_overrepresented: int = 120  # > 15% of the pool, so the concept cap applies
+    n_overrepresented: int = 160  # ~20% of the kept pool (> the 15% cap, so the cap applies)
 
 
 @dataclass
@@ -27,10 +27,11 @@ class StageSpec:
     """One pretraining resolution stage."""
 
     side: int = 32
-    steps: int = 450
+    steps: int = 1100
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 3e-3
     time_shift: float | None = None  # None: the resolution rule of krea2.dit.flow
+    patch: int | None = None  # DiT patch (None: the model's); see StageConfig.patch
 
 
 @dataclass
@@ -47,9 +48,14 @@ class DemoConfig:
     workers: int = 2
     pool: PoolSpec = field(default_factory=PoolSpec)
     low: StageSpec = field(default_factory=StageSpec)
-    high: StageSpec = field(default_factory=lambda: StageSpec(side=64, steps=190, lr=6e-4))
+    high: StageSpec = field(
+        default_factory=lambda: StageSpec(side=64, steps=300, lr=1e-3, time_shift=1.17, patch=8)
+    )
     eval: EvalSpec = field(default_factory=EvalSpec)
     model: str = "toy"
+    model_overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
+    autocast: str = "auto"  # trainer ModelConfig.autocast: bf16 matmuls where the CPU has them
+    prediction: str = "split"  # trainer ModelConfig.prediction (why: see there)
     text_tokens: int = 16  # words per caption the word conditioner reads (medium ~ 11 words)
     threads: int = 2
 

@@ -41,6 +41,7 @@ def job_config(cfg: DemoConfig, out: Path, shard_dirs: dict[int, str], sample_pr
                 batch_size=spec.batch_size,
                 lr=spec.lr,
                 time_shift=spec.time_shift,
+                patch=spec.patch,
                 caption_weights=dict(CAPTION_WEIGHTS),
                 schedule=ScheduleConfig(warmup_steps=min(50, spec.steps // 5), decay_ratio=0.2),
             )
@@ -48,7 +49,12 @@ def job_config(cfg: DemoConfig, out: Path, shard_dirs: dict[int, str], sample_pr
     return JobConfig(
         run_dir=out / "run",
         seed=cfg.pool.seed,
-        model=ModelConfig(name=cfg.model),
+        model=ModelConfig(
+            name=cfg.model,
+            overrides=dict(cfg.model_overrides),
+            autocast=cfg.autocast,
+            prediction=cfg.prediction,
+        ),
         text=TextConfig(max_tokens=cfg.text_tokens),
         optimizer=OptimizerConfig(lr=cfg.low.lr),
         parallel=ParallelConfig(threads=cfg.threads),
