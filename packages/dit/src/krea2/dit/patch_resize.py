@@ -20,8 +20,20 @@ from torch import Tensor
 from krea2.infra.errors import UserError
 
 EMBED_WEIGHT = "first.weight"
-PROJ_WEIGHT = "last.linear.weight"
-PROJ_BIAS = "last.linear.bias"
+# The keys whose shapes depend on the patch, and the axis that holds the C*p*p features.
+PATCH_AXES = {EMBED_WEIGHT: 1, "last.linear.weight": 0, "last.linear.bias": 0}
+
+
+def shapes_at_patch(
+    state: dict[str, Tensor], patch: int, channels: int, prefix: str = ""
+) -> dict[str, tuple[int, ...]]:
+    """The shapes that ``state``'s patch-dependent keys (with ``prefix``) have at ``patch``."""
+    shapes = {}
+    for key, axis in PATCH_AXES.items():
+        shape = list(state[prefix + key].shape)
+        shape[axis] = channels * patch * patch
+        shapes[prefix + key] = tuple(shape)
+    return shapes
 
 
 def resize_patch_weights(
@@ -42,7 +54,7 @@ def resize_patch_weights(
             f"other (e.g. 4 -> 8)"
         )
     out = dict(state)
-    for key, axis in ((EMBED_WEIGHT, 1), (PROJ_WEIGHT, 0), (PROJ_BIAS, 0)):
+    for key, axis in PATCH_AXES.items():
         name = prefix + key
         if name not in state:
             raise UserError(f"resize_patch_weights: state has no {name!r}")

@@ -56,10 +56,6 @@ class TrainingStopped(UserError):
     """The run stopped on purpose (too many bad steps or samples); the message says why."""
 
 
-# The pixel-facing weights whose shapes depend on the patch (krea2.dit.patch_resize).
-PATCH_KEYS = ("dit.first.weight", "dit.last.linear.weight", "dit.last.linear.bias")
-
-
 def _like(value: torch.Tensor, target) -> torch.Tensor:
     """``value`` (a full tensor) laid out as ``target``: sharded the same way if a DTensor."""
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -160,13 +156,12 @@ class Trainer:
         wanted = {k: v for k, v in full.items() if not k.startswith("irepa.")}
         source_patch = self._source_patch(i, stage)
         patch = module.dit.cfg.patch
+        channels = module.dit.cfg.latent_channels
         if source_patch != patch:  # load the source's shapes, then resize them to this stage's
-            channels = module.dit.cfg.latent_channels
-            for key in PATCH_KEYS:
-                v = full[key]
-                shape = list(v.shape)
-                shape[1 if key == "dit.first.weight" else 0] = channels * source_patch**2
-                wanted[key] = torch.empty(shape, dtype=v.dtype, device="cpu")
+            from krea2.dit.patch_resize import resize_patch_weights, shapes_at_patch
+
+            for key, shape in shapes_at_patch(full, source_patch, channels, "dit.").items():
+                wanted[key] = torch.empty(shape, dtype=full[key].dtype, device="cpu")
         if (source / ".metadata").exists():  # a single checkpoint directory
             import torch.distributed.checkpoint as dcp
 
@@ -179,12 +174,8 @@ class Trainer:
                 )
             mgr.load({"model": wanted})
         if source_patch != patch:
-            from krea2.dit.patch_resize import resize_patch_weights
-
-            resized = resize_patch_weights(
-                {k: wanted[k] for k in PATCH_KEYS}, source_patch, patch, channels, prefix="dit."
-            )
-            for key in PATCH_KEYS:
+            resized = resize_patch_weights(wanted, source_patch, patch, channels, prefix="dit.")
+            for key in shapes_at_patch(full, patch, channels, "dit."):
                 wanted[key] = _like(resized[key], full[key])
             log.info(
                 "stage %s: patch %d -> %d, pixel layers resized", stage.name, source_patch, patch
@@ -334,7 +325,7 @@ class Trainer:
                 out["step_time"] = now - t_prev  # wall seconds, data wait included
                 out["step_cpu_time"] = cpu_now - cpu_prev  # this process's CPU seconds
                 t_prev, cpu_prev = now, cpu_now
-                self._log_step(stage, step, out, batch)
+                self._log_step(stage, module.dit.cfg, step, out, batch)
                 every = cfg.checkpoint.every
                 if every and (step + 1) % every == 0 and step + 1 < stage.steps:
                     save(step, sync=False)
@@ -428,7 +419,7 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ observability
-    def _log_step(self, stage: StageConfig, step: int, out: dict, batch: dict) -> None:
+    def _log_step(self, stage: StageConfig, dcfg, step: int, out: dict, batch: dict) -> None:
         from krea2.dit.flops import cost
 
         cfg, env = self.cfg, self.env
@@ -438,11 +429,7 @@ class Trainer:
         out["tokens_per_second"] = global_batch * out["image_tokens"] / dt
         mode = stage.checkpointing.value if stage.checkpointing.value != "none" else None
         flops = cost(
-            dit_config(cfg, stage),
-            global_batch,
-            out["image_tokens"],
-            cfg.text.max_tokens,
-            checkpointing=mode,
+            dcfg, global_batch, out["image_tokens"], cfg.text.max_tokens, checkpointing=mode
         ).train_flops
         out["mfu"] = mfu(flops, dt, env.world, cfg.observe.peak_tflops)
         out["step"] = step
