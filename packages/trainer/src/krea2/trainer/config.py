@@ -130,6 +130,9 @@ class ParallelConfig:
     async_tp: bool = False  # GPU + compile + tp > 2
     deterministic: bool = False  # torch deterministic algorithms (CPU tests, resume proofs)
     threads: int = 0  # intra-op CPU threads per rank; 0 leaves torch's default
+    # CPU ranks: glibc malloc keeps freed blocks (krea2.infra.heap), so a step reuses the last
+    # step's pages instead of faulting ~50 MB back in (toy DiT, batch 64).
+    keep_freed_memory: bool = True
 
 
 @dataclass
