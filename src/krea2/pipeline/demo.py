@@ -65,7 +65,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     pool = runner.run(
         "pool",
         "generate the raw ShapesWorld pool with injected defects",
-        lambda: build_pool(cfg.pool, split, out / "pool"),
+        lambda: build_pool(cfg.pool, split, out / "pool", cfg.workers),
     )
     labels = Path(pool["labels"])
     curated = runner.run(

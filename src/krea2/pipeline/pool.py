@@ -3,35 +3,58 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from krea2.curate.analysis import analyze_bytes
+from krea2.curate.analysis import ImageAnalysis, analyze_bytes
 from krea2.curate.config import CurateConfig
-from krea2.curate.shapes import render
+from krea2.curate.shapes import Scene, render
 from krea2.curate.shapes.defects import PoolItem, encode, make_pool, write_pool
 from krea2.pipeline.config import PoolSpec
 from krea2.pipeline.world import WorldSplit, one_object_scenes
 
 
-def distinct(images: list[bytes], cfg: CurateConfig) -> list[int]:
+def distinct(analyses: list[ImageAnalysis], cfg: CurateConfig) -> list[int]:
     """Indices of the images curate's dedup keeps (one per duplicate group, the earliest
     among equals). No two keepers are near duplicates (they would share a group), so a
     "clean" label on them means the warehouse should keep them."""
     from krea2.curate.pipeline import dedup_analyses
 
-    result = dedup_analyses([analyze_bytes(data, cfg) for data in images], cfg)
+    result = dedup_analyses(analyses, cfg)
     return [int(i) for i in np.nonzero(result.keep)[0]]
 
 
-def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path) -> dict:
-    """Write the pool's files and ``labels.jsonl`` (ground truth per file) into ``directory``."""
+def render_and_analyze(job: tuple[Scene, int]) -> tuple[bytes, ImageAnalysis]:
+    """A square scene of ``side`` px as PNG bytes, and curate's analysis of those bytes."""
+    scene, side = job
+    data = encode(render(scene, side, side), "png")
+    return data, analyze_bytes(data, CurateConfig())
+
+
+def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
+    """``[fn(x) for x in items]`` over ``workers`` spawned processes (in order). Spawned, not
+    forked: the demo's process may hold torch's and OpenMP's threads, which fork breaks."""
+    if workers <= 1 or len(items) < 4 * workers:
+        return [fn(x) for x in items]
+    chunk = max(1, len(items) // (8 * workers))
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(fn, items, chunksize=chunk))
+
+
+def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int = 1) -> dict:
+    """Write the pool's files and ``labels.jsonl`` (ground truth per file) into ``directory``.
+    The one-object scenes are rendered and analysed by ``workers`` processes."""
     candidates = one_object_scenes(split, spec.per_concept, spec.seed)
-    images = [encode(render(s, spec.side, spec.side), "png") for s in candidates]
+    done = parallel_map(render_and_analyze, [(s, spec.side) for s in candidates], workers)
+    images = [data for data, _ in done]
     world = [
         PoolItem(f"world-{n:05d}", images[i], "png", "clean", scene=candidates[i])
-        for n, i in enumerate(distinct(images, CurateConfig()))
+        for n, i in enumerate(distinct([a for _, a in done], CurateConfig()))
     ]
     injected = make_pool(
         seed=spec.seed,
