@@ -84,6 +84,10 @@ def full_step_seconds(job: Path, skip: int) -> dict[str, float]:
 
 
 def bare_step_seconds(job: Path, steps: int, skip: int) -> dict[str, float]:
+    """Forward + backward + AdamW of the job's module on one fixed batch: wall and CPU
+    seconds per step, and minor page faults per step (``faults``)."""
+    import resource
+
     import torch
 
     from krea2.trainer.build import build_module
@@ -97,9 +101,10 @@ def bare_step_seconds(job: Path, steps: int, skip: int) -> dict[str, float]:
     b = stage.batch_size
     x, t = torch.randn(b, 3, 32, 32), torch.rand(b)
     caps = ["a red circle in the top left"] * b
-    wall, cpu = [], []
+    wall, cpu, faults = [], [], []
     for i in range(steps):
         t0, c0 = time.perf_counter(), time.process_time()
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         v, _ = module(x, t, caps)
         v.square().mean().backward()
         opt.step()
@@ -107,11 +112,43 @@ def bare_step_seconds(job: Path, steps: int, skip: int) -> dict[str, float]:
         if i >= skip:
             wall.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     return {
         "wall_median": median(wall),
         "wall_mean": sum(wall) / len(wall),
         "cpu_median": median(cpu),
         "cpu_mean": sum(cpu) / len(cpu),
+        "faults": median(faults),
+    }
+
+
+def heap_child(mode: str, batch: int, steps: int) -> None:
+    """One bare-step measurement with malloc's default behaviour or krea2.infra.heap's
+    (process-global, hence a child process per mode); prints its JSON."""
+    from krea2.infra.heap import keep_freed_memory
+
+    if mode == "keep":
+        keep_freed_memory()
+    with tempfile.TemporaryDirectory() as tmp:
+        job = toy_job(Path(tmp), steps, batch, 0, 0)
+        print(json.dumps(bare_step_seconds(job, steps, 5)))
+
+
+def heap_comparison(batch: int, steps: int, rounds: int = 3) -> dict:
+    """Bare toy steps with malloc's defaults vs ``keep_freed_memory``, in child processes
+    run alternately (``rounds`` each), so load on a shared machine hits both alike."""
+    import subprocess
+
+    runs: dict[str, list[dict]] = {"system": [], "keep": []}
+    for _ in range(rounds):
+        for mode in runs:
+            cmd = [sys.executable, __file__, "--heap-child", mode]
+            cmd += ["--batch", str(batch), "--steps", str(steps)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            runs[mode].append(json.loads(out.strip().splitlines()[-1]))
+    return {
+        mode: {k: median([r[k] for r in rs]) for k in rs[0]} | {"runs": rs}
+        for mode, rs in runs.items()
     }
 
 
@@ -190,7 +227,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--every", type=int, default=10, help="async checkpoint interval")
     ap.add_argument("--proof", type=int, default=0, help="steps of ShapesWorld training (0: skip)")
+    ap.add_argument("--heap-child", choices=["system", "keep"], help=argparse.SUPPRESS)
+    ap.add_argument("--heap-batch", type=int, default=64, help="batch of the heap comparison")
     args = ap.parse_args()
+    if args.heap_child:
+        heap_child(args.heap_child, args.batch, args.steps)
+        return
     from krea2.trainer.testing import write_toy_shards
 
     results: dict = {}
@@ -210,6 +252,11 @@ def main() -> None:
         write_results("trainer_proof", {"proof": p}, md)
         print(json.dumps(p, indent=1))
         return
+    heap = heap_comparison(args.heap_batch, 25)
+    results["heap"] = heap
+    from krea2.infra.heap import keep_freed_memory
+
+    keep_freed_memory()  # as the trainer does on CPU, so bare and full steps match
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_toy_shards(root / "shards", 2048, files=4, batch_size=args.batch, seed=0)
@@ -275,6 +322,22 @@ def main() -> None:
                     f"{ld['headroom']:.1f}x",
                     ">= 2x",
                 ]
+            ],
+        ),
+        "",
+        f"Malloc (`parallel.keep_freed_memory`, krea2.infra.heap): bare toy steps at batch"
+        f" {args.heap_batch}, medians of 3 child processes each, run alternately:",
+        "",
+        table(
+            ["malloc", "wall s/step", "CPU s/step", "page faults/step"],
+            [
+                [
+                    {"system": "glibc defaults", "keep": "keep freed memory"}[mode],
+                    f"{heap[mode]['wall_median']:.3f}",
+                    f"{heap[mode]['cpu_median']:.3f}",
+                    f"{heap[mode]['faults']:.0f}",
+                ]
+                for mode in ("system", "keep")
             ],
         ),
         "",

@@ -27,7 +27,7 @@ class StageSpec:
     """One pretraining resolution stage."""
 
     side: int = 32
-    steps: int = 1100
+    steps: int = 600
     batch_size: int = 64
     lr: float = 3e-3
     time_shift: float | None = None  # None: the resolution rule of krea2.dit.flow
@@ -36,9 +36,9 @@ class StageSpec:
 
 @dataclass
 class EvalSpec:
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     steps: int = 20
-    cfg: float = 2.0
+    cfg: float = 3.0
     max_prompts: int = 28
 
 
@@ -49,14 +49,14 @@ class DemoConfig:
     pool: PoolSpec = field(default_factory=PoolSpec)
     low: StageSpec = field(default_factory=StageSpec)
     high: StageSpec = field(
-        default_factory=lambda: StageSpec(side=64, steps=300, lr=1e-3, time_shift=1.17, patch=8)
+        default_factory=lambda: StageSpec(side=64, steps=500, lr=2e-3, time_shift=1.17, patch=8)
     )
     eval: EvalSpec = field(default_factory=EvalSpec)
     model: str = "toy"
     model_overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
     autocast: str = "auto"  # trainer ModelConfig.autocast: bf16 matmuls where the CPU has them
     prediction: str = "split"  # trainer ModelConfig.prediction (why: see there)
-    text_tokens: int = 16  # words per caption the word conditioner reads (medium ~ 11 words)
+    text_tokens: int = 12  # words per caption the word conditioner reads (medium: 11-13)
     threads: int = 2
 
 
