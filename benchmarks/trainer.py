@@ -32,7 +32,9 @@ table, write_results = _report.table, _report.write_results
 ROOT = HERE.parent
 
 
-def toy_job(root: Path, steps: int, batch: int, every: int, workers: int) -> Path:
+def toy_job(
+    root: Path, steps: int, batch: int, every: int, workers: int, keep_freed_memory: bool = True
+) -> Path:
     job = root / "job.toml"
     job.write_text(f"""
 run_dir = "{root / "run"}"
@@ -40,6 +42,7 @@ run_dir = "{root / "run"}"
 max_tokens = 24
 [parallel]
 threads = 2
+keep_freed_memory = {str(keep_freed_memory).lower()}
 [data]
 workers = {workers}
 [checkpoint]
@@ -125,12 +128,8 @@ def bare_step_seconds(job: Path, steps: int, skip: int) -> dict[str, float]:
 def heap_child(mode: str, batch: int, steps: int) -> None:
     """One bare-step measurement with malloc's default behaviour or krea2.infra.heap's
     (process-global, hence a child process per mode); prints its JSON."""
-    from krea2.infra.heap import keep_freed_memory
-
-    if mode == "keep":
-        keep_freed_memory()
     with tempfile.TemporaryDirectory() as tmp:
-        job = toy_job(Path(tmp), steps, batch, 0, 0)
+        job = toy_job(Path(tmp), steps, batch, 0, 0, keep_freed_memory=mode == "keep")
         print(json.dumps(bare_step_seconds(job, steps, 5)))
 
 
@@ -252,11 +251,10 @@ def main() -> None:
         write_results("trainer_proof", {"proof": p}, md)
         print(json.dumps(p, indent=1))
         return
+    # Before anything here builds a job: init_distributed turns keep_freed_memory on for the
+    # whole process, as it does in the trainer, so bare and full steps below run alike.
     heap = heap_comparison(args.heap_batch, 25)
     results["heap"] = heap
-    from krea2.infra.heap import keep_freed_memory
-
-    keep_freed_memory()  # as the trainer does on CPU, so bare and full steps match
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_toy_shards(root / "shards", 2048, files=4, batch_size=args.batch, seed=0)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.trainer.config import JobConfig, StageConfig
-from krea2.trainer.distributed import DistEnv
+from krea2.trainer.distributed import DistEnv, cpu_has_native_bf16
 
 log = get_logger("trainer.build")
 
@@ -219,7 +219,7 @@ def autocast_dtype(mode: str, env: DistEnv) -> torch.dtype | None:
         return None  # FSDP's MixedPrecisionPolicy already runs the forward in bf16
     if env.device.type == "cuda":
         return torch.bfloat16
-    if env.device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if env.device.type == "cpu" and cpu_has_native_bf16():
         return torch.bfloat16
     return None  # emulated bf16 would be slower than fp32
 

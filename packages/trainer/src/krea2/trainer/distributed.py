@@ -42,8 +42,18 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU runs bf16 matmuls natively (avx512_bf16 / AMX); elsewhere torch
+    emulates bf16, slower than fp32."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def init_distributed(cfg: JobConfig) -> DistEnv:
-    """Initialise torch.distributed under torchrun (NCCL on CUDA, gloo on CPU) and the mesh."""
+    """Initialise torch.distributed under torchrun (NCCL on CUDA, gloo on CPU) and the mesh.
+
+    On a CPU device with ``parallel.keep_freed_memory``, malloc keeps freed blocks from
+    here on (krea2.infra.heap): training and sampling steps then reuse their pages.
+    """
     world = world_size()
     dp, tp = parallel_degrees(cfg, world)
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -52,6 +62,10 @@ def init_distributed(cfg: JobConfig) -> DistEnv:
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
+        if cfg.parallel.keep_freed_memory:
+            from krea2.infra.heap import keep_freed_memory
+
+            keep_freed_memory()
     if world == 1:
         return DistEnv(0, 1, device, 1, 1, 0, None)
     backend = cfg.parallel.backend

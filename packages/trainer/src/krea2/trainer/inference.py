@@ -30,12 +30,7 @@ def load_stage_module(job: JobConfig, stage_index: int, trained: bool = True) ->
     from krea2.infra.checkpoint import CheckpointManager
 
     stage = job.stages[stage_index]
-    env = init_distributed(job)
-    if job.parallel.keep_freed_memory and env.device.type == "cpu":
-        from krea2.infra.heap import keep_freed_memory
-
-        keep_freed_memory()  # sampling allocates as much per step as training does
-    module = build_module(job, stage, env)
+    module = build_module(job, stage, init_distributed(job))
     if trained:
         state = {"model": sd.get_model_state_dict(module)}
         root = Path(job.run_dir) / "checkpoints" / stage.name

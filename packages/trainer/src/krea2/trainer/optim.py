@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
 from krea2.trainer.config import OptimizerConfig, OptimizerName
+from krea2.trainer.distributed import cpu_has_native_bf16
 
 # Hidden matrices of the transformer blocks (Muon's domain). First match wins; everything
 # else (patch embed `first`, `last.linear`, time and text MLPs, the tap projector, norm
@@ -78,7 +79,7 @@ def build_optimizers(
     ]
     if use_muon and groups["muon"]:
         device = groups["muon"][0][1].device
-        if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        if device.type == "cpu" and not cpu_has_native_bf16():
             # torch.optim.Muon runs Newton-Schulz in bf16, which such a CPU emulates: measured
             # 1.5 s per step for 20 matrices of 512x128 (AdamW: milliseconds).
             log.warning(

@@ -91,10 +91,6 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
         if cfg.parallel.threads:
             torch.set_num_threads(cfg.parallel.threads)
-        if cfg.parallel.keep_freed_memory and self.env.device.type == "cpu":
-            from krea2.infra.heap import keep_freed_memory
-
-            keep_freed_memory()
         self.run_dir = Path(cfg.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", write=self.env.is_main)
         self.ae = build_autoencoder(cfg.model.autoencoder, cfg.model.ae_factor, self.env.device)
