@@ -5,7 +5,8 @@ scaling), EXIF/alpha/mode handling, the ten cheap filters (cv2) and md5, phash 8
 colorhash on the 256-px analysis pixels. Baseline, as users write it today: Pillow full
 decode → RGB, ``imagehash.phash(img, hash_size=12)``, ``imagehash.phash(img)``,
 ``imagehash.colorhash(img)``, md5, and the same filters in numpy on the full-size array.
-Same images, same run, one core (``sched_setaffinity`` + single-threaded OpenCV). Times are
+Same images, same run, one core (``sched_setaffinity`` + the curate workers' own setting,
+``krea2.curate.threads.single_threaded``: OpenCV and OpenBLAS on the calling thread). Times are
 CPU seconds of this process (``time.process_time``, every thread included), not wall time:
 the machine is shared, and other processes' load would otherwise count against whichever
 side ran while it peaked.
@@ -45,6 +46,7 @@ from krea2.curate.filters.laplacian import laplacian_variance
 from krea2.curate.hashes import image_hashes, pillow_luma
 from krea2.curate.resample import lanczos_resize
 from krea2.curate.shapes import render, sample_scene
+from krea2.curate.threads import single_threaded
 
 try:
     from report import table, write_results
@@ -213,7 +215,7 @@ def main() -> None:
     parser.add_argument("--shapes", type=int, default=60, help="ShapesWorld JPEGs to time")
     args = parser.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-    cv2.setNumThreads(1)
+    single_threaded()  # the workers' setting: OpenCV and BLAS on the calling thread
     cfg = CurateConfig()
     sets = {
         "real photos (skimage, sklearn, matplotlib)": real_photos(),

@@ -8,6 +8,7 @@ from krea2.curate.config import CurateConfig
 from krea2.curate.decode import DecodeError, DecodeLimits, decode
 from krea2.curate.filters import CHEAP_FILTERS, FilterResult, run_cheap_filters
 from krea2.curate.hashes import image_hashes, md5
+from krea2.curate.planes import planes
 
 
 def decode_limits(cfg: CurateConfig, analysis_size: int | None = None) -> DecodeLimits:
@@ -75,8 +76,9 @@ def analyze_bytes(data: bytes, cfg: CurateConfig | None = None) -> ImageAnalysis
         out.reason = str(e)
         return out
     out.width, out.height, out.format = image.width, image.height, image.format
-    out.filters = run_cheap_filters(image, cfg.thresholds())
-    out.hashes = image_hashes(image.pixels)
+    shared = planes(image.pixels)  # grey, histograms, colour counts, luma: computed once
+    out.filters = run_cheap_filters(image, cfg.thresholds(), shared)
+    out.hashes = image_hashes(image.pixels, shared)
     failed = next((f for f in out.filters if not f.passed), None)
     out.reason = failed.reason if failed else None
     return out

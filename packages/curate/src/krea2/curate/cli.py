@@ -60,7 +60,10 @@ def _run_worker(wh, job: str, handler, batch_size: int, lease_s: float | None, f
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from krea2.curate.jobs import TABLE
+    from krea2.curate.threads import single_threaded
     from krea2.krablet import Worker
+
+    single_threaded()  # one worker process per core
 
     j = wh.table(TABLE).job(job)
     reader = wh.reader()

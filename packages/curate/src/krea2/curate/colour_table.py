@@ -8,15 +8,21 @@ to HSV twice costs ~1 ms at 256 px; instead the table holds, for all 2^24 colour
 ``colour_class · HUE_CODES + hue_code`` computed by those same conversions (so the counts
 are those of the conversions by construction, not an approximation). Building it converts
 2^24 pixels once per process (~0.7 s, 16 MiB kept); a lookup is one gather per pixel.
+
+The same lookup also marks the white (every channel ≥ 250) and black (every channel ≤ 5)
+colours, so the white- and black-ratio filters read their counts from it for free.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 import cv2
 import numpy as np
 from PIL import Image
+
+from krea2.curate.histogram import index_histogram
 
 # colorhash classes: 0 black (luma < 32), 1 grey (s < 85), 2-7 faint colour (85 ≤ s < 170)
 # by hue bin, 8-13 bright colour (s > 170) by hue bin, 14 saturation exactly 170 (imagehash
@@ -26,6 +32,10 @@ COLOUR_CLASSES = 15
 HUE_BINS = 18  # hue histogram bins of the saturated pixels
 HUE_CODES = HUE_BINS + 1  # the last code: not saturated or too dark
 MIN_SATURATION, MIN_VALUE = 0.25, 0.2  # of 255, the hue histogram's "saturated" test
+# Extremes, a third tabulated property: 0 neither, 1 white, 2 black (the filters' bounds).
+NEITHER, WHITE, BLACK_PIXEL = 0, 1, 2
+EXTREMES = 3
+WHITE_MIN, BLACK_MAX = 250, 5
 
 # imagehash splits Pillow's 8-bit hue into 6 bins with edges linspace(0, 255, 7), last closed.
 _HUE6 = np.minimum(np.searchsorted(np.linspace(0, 255, 7), np.arange(256), "right") - 1, 5)
@@ -46,11 +56,18 @@ def hue_code(rgb: np.ndarray) -> np.ndarray:
     return np.where(saturated, hsv[..., 0].astype(np.int64) * HUE_BINS // 180, HUE_BINS)
 
 
+def extreme(rgb: np.ndarray) -> np.ndarray:
+    """(..., 3) uint8 RGB → WHITE, BLACK_PIXEL or NEITHER per pixel."""
+    white = rgb.min(axis=-1) >= WHITE_MIN
+    black = rgb.max(axis=-1) <= BLACK_MAX
+    return np.where(white, WHITE, np.where(black, BLACK_PIXEL, NEITHER))
+
+
 @cache
 def _tables() -> tuple[np.ndarray, np.ndarray]:
     """(2^24,) uint8 index per colour (indexed by ``r | g << 8 | b << 16``) into the second
-    array, the distinct codes ``colour_class · HUE_CODES + hue_code`` (about 110 of the 285
-    possible occur, so one byte per colour keeps the table at 16 MiB)."""
+    array, the distinct codes ``(colour_class · HUE_CODES + hue_code) · EXTREMES + extreme``
+    (about 110 of the 855 possible occur, so one byte per colour keeps the table at 16 MiB)."""
     codes = np.empty(1 << 24, np.uint16)
     plane = np.empty((256, 256, 3), np.uint8)  # one blue level: r along x, g along y
     plane[..., 0] = np.arange(256)[None, :]
@@ -61,10 +78,12 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
         block[..., 2] = np.repeat(np.arange(b0, b0 + step, dtype=np.uint8), 256)[:, None]
         img = Image.fromarray(block)
         cls = colour_class(np.asarray(img.convert("L")), np.asarray(img.convert("HSV")))
-        codes[b0 << 16 : (b0 + step) << 16] = (cls * HUE_CODES + hue_code(block)).ravel()
-    present = np.flatnonzero(np.bincount(codes, minlength=COLOUR_CLASSES * HUE_CODES))
+        code = (cls * HUE_CODES + hue_code(block)) * EXTREMES + extreme(block)
+        codes[b0 << 16 : (b0 + step) << 16] = code.ravel()
+    n_codes = COLOUR_CLASSES * HUE_CODES * EXTREMES
+    present = np.flatnonzero(np.bincount(codes, minlength=n_codes))
     assert len(present) <= 256, len(present)
-    index = np.zeros(COLOUR_CLASSES * HUE_CODES, np.uint8)
+    index = np.zeros(n_codes, np.uint8)
     index[present] = np.arange(len(present))
     table = index[codes]
     table.setflags(write=False)
@@ -72,20 +91,45 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 def colour_keys(pixels: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 RGB → (h, w) uint32 ``r | g << 8 | b << 16`` (little-endian RGBA view
-    with alpha masked off)."""
+    """(h, w, 3) uint8 RGB → (h, w) intp ``r | g << 8 | b << 16`` (little-endian RGBA view
+    with alpha masked off; intp because numpy gathers with any other index type through a
+    buffered cast, about 2× slower)."""
     rgba = cv2.cvtColor(np.ascontiguousarray(pixels), cv2.COLOR_RGB2RGBA)
-    return rgba.view("<u4")[..., 0] & np.uint32(0xFFFFFF)
+    return keys_of_rgba(rgba)
+
+
+def keys_of_rgba(rgba: np.ndarray) -> np.ndarray:
+    """(h, w, 4) uint8 RGBx, any x → (h, w) intp colour keys (see ``colour_keys``)."""
+    keys = rgba.view("<u4")[..., 0].astype(np.intp)
+    return np.bitwise_and(keys, 0xFFFFFF, out=keys)
+
+
+@dataclass(frozen=True)
+class ColourStats:
+    """What the colour lookup counts in one image: ``counts`` (COLOUR_CLASSES, HUE_CODES)
+    int64 pixels per colorhash class and hue code; ``white``/``black``: pixels with every
+    channel ≥ 250 / ≤ 5; ``pixels``: all pixels."""
+
+    counts: np.ndarray
+    white: int
+    black: int
+    pixels: int
+
+
+def colour_stats(keys: np.ndarray, phase: np.ndarray | None = None) -> ColourStats:
+    """Count the colours of (h, w) intp ``colour_keys``. ``phase``: (h, w) uint8 column
+    index mod ``histogram.PHASES`` for the fast histogram (made here when not given)."""
+    table, present = _tables()
+    index = table.take(keys)
+    per_index = index_histogram(index, phase)
+    per_code = np.zeros(COLOUR_CLASSES * HUE_CODES * EXTREMES, np.int64)
+    per_code[present] = per_index[: len(present)]
+    per_code = per_code.reshape(COLOUR_CLASSES * HUE_CODES, EXTREMES)
+    white, black = per_code[:, WHITE].sum(), per_code[:, BLACK_PIXEL].sum()
+    counts = per_code.sum(axis=1).reshape(COLOUR_CLASSES, HUE_CODES)
+    return ColourStats(counts, int(white), int(black), int(keys.size))
 
 
 def colour_counts(pixels: np.ndarray) -> np.ndarray:
     """(h, w, 3) uint8 RGB → (COLOUR_CLASSES, HUE_CODES) int64 pixel counts."""
-    table, present = _tables()
-    index = table[colour_keys(pixels)]
-    if index.size < 1 << 24:  # calcHist counts in float32: exact below 2^24 pixels
-        per_index = cv2.calcHist([index], [0], None, [256], [0, 256]).ravel()
-    else:
-        per_index = np.bincount(index.ravel(), minlength=256)
-    counts = np.zeros(COLOUR_CLASSES * HUE_CODES, np.int64)
-    counts[present] = per_index[: len(present)]
-    return counts.reshape(COLOUR_CLASSES, HUE_CODES)
+    return colour_stats(colour_keys(pixels)).counts

@@ -15,9 +15,9 @@ import hashlib
 
 import numpy as np
 import scipy.fft
-from PIL import Image
 
 from krea2.curate.colour_table import BLACK, BRIGHT, FAINT, GREY, HUE_BINS, SAT_170, colour_counts
+from krea2.curate.planes import Planes, pillow_luma, planes
 from krea2.curate.resample import lanczos_resize
 
 PHASH_HIGHFREQ_FACTOR = 4
@@ -43,12 +43,6 @@ def hamming(a: bytes, b: bytes) -> int:
         raise ValueError(f"hashes differ in length: {len(a)} and {len(b)} bytes")
     x = np.frombuffer(a, np.uint8) ^ np.frombuffer(b, np.uint8)
     return int(np.unpackbits(x).sum())
-
-
-def pillow_luma(pixels: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 RGB → (h, w) uint8 Pillow ``L`` (ITU-R 601-2 luma, the conversion
-    imagehash uses; OpenCV's grey rounds differently for a few colours)."""
-    return np.asarray(Image.fromarray(pixels).convert("L"))
 
 
 def phash_bits(pixels: np.ndarray, hash_size: int = 12) -> np.ndarray:
@@ -77,12 +71,10 @@ def _colorhash_from(counts: np.ndarray, binbits: int) -> np.ndarray:
     fractions = [per_class[BLACK] / n, per_class[GREY] / n]
     fractions += list(per_class[FAINT:BRIGHT] / coloured)
     fractions += list(per_class[BRIGHT:SAT_170] / coloured)
-    values = [min(top - 1, int(f * top)) for f in fractions]
-    bits = [
-        [(v // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0 for i in range(binbits)]
-        for v in values
-    ]
-    return np.asarray(bits, dtype=bool)
+    values = np.minimum(top - 1, (np.array(fractions) * top).astype(np.int64))
+    # imagehash's bit code: bit i of value v is (v // 2^(binbits-i-1)) % 2^(binbits-i) > 0
+    i = np.arange(binbits)
+    return (values[:, None] // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0
 
 
 def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
@@ -128,12 +120,13 @@ def hue_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(coloured, tv, 0.0)
 
 
-def image_hashes(pixels: np.ndarray) -> dict[str, bytes]:
+def image_hashes(pixels: np.ndarray, shared: Planes | None = None) -> dict[str, bytes]:
     """All perceptual hashes of one decode: phash8 (8 B), phash12 (18 B), colorhash (42 bits
     padded to 6 B), huehist (19 B). One luma for both phashes, one colour-table lookup for
-    colorhash and the hue histogram."""
-    grey = pillow_luma(pixels).astype(np.float64)  # converted once for both resizes
-    counts = colour_counts(pixels)
+    colorhash and the hue histogram, both from ``shared`` (the pixels' ``planes``, computed
+    here when not given)."""
+    p = planes(pixels) if shared is None else shared
+    grey, counts = p.luma, p.colours.counts
     return {
         "phash8": pack_bits(_phash_from_grey(grey, 8)),
         "phash12": pack_bits(_phash_from_grey(grey, 12)),

@@ -17,7 +17,11 @@ class IsolationTimeout(Exception):
     """The child did not answer within the time bound (hung or crashed); it was replaced."""
 
 
-def _limit_memory(memory_mb: int) -> None:
+def _init_worker(memory_mb: int) -> None:
+    """Each child: one thread (one worker per core, see ``threads``), bounded memory."""
+    from krea2.curate.threads import single_threaded
+
+    single_threaded()
     if memory_mb > 0:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -33,7 +37,7 @@ class IsolatedPool:
         self._pool = self._start()
 
     def _start(self) -> Any:
-        return self._ctx.Pool(self.processes, initializer=_limit_memory, initargs=(self.memory_mb,))
+        return self._ctx.Pool(self.processes, initializer=_init_worker, initargs=(self.memory_mb,))
 
     def map(self, fn: Callable[[Any], Any], args: Sequence[Any]) -> list[Any]:
         pending = [self._pool.apply_async(fn, (a,)) for a in args]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import cv2
-
 from krea2.curate.config import StageThresholds
 from krea2.curate.decode import DecodedImage
 from krea2.curate.filters.animation import animation
@@ -11,11 +9,12 @@ from krea2.curate.filters.aspect import aspect_ratio
 from krea2.curate.filters.base import FilterResult
 from krea2.curate.filters.border import border
 from krea2.curate.filters.complexity import complexity
-from krea2.curate.filters.entropy import channel_histograms, entropy
+from krea2.curate.filters.entropy import entropy
 from krea2.curate.filters.extremes import black, white
 from krea2.curate.filters.flat import flat_color
 from krea2.curate.filters.laplacian import laplacian
 from krea2.curate.filters.resolution import resolution
+from krea2.curate.planes import Planes, planes
 
 # In report order; `broken` (a failed decode) comes before all of these.
 CHEAP_FILTERS = (
@@ -32,23 +31,26 @@ CHEAP_FILTERS = (
 )
 
 
-def run_cheap_filters(image: DecodedImage, t: StageThresholds) -> list[FilterResult]:
-    """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey and the channel
-    histograms are computed once."""
+def run_cheap_filters(
+    image: DecodedImage, t: StageThresholds, shared: Planes | None = None
+) -> list[FilterResult]:
+    """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey, the channel
+    histograms and the white/black counts come from ``shared`` (the image's ``planes``,
+    computed here when not given)."""
     px = image.pixels
-    grey = cv2.cvtColor(px, cv2.COLOR_RGB2GRAY)
-    hists = channel_histograms(px)
+    p = planes(px) if shared is None else shared
+    n = p.colours.pixels
     return [
         resolution(image, t),
         aspect_ratio(image, t),
         animation(image, t),
-        laplacian(grey, t),
-        entropy(px, t, hists),
-        white(px, t),
-        black(px, t),
-        flat_color(px, t, hists),
-        border(px, grey, t),
-        complexity(grey, t),
+        laplacian(p.grey, t),
+        entropy(px, t, p.hists),
+        white(px, t, p.colours.white / n),
+        black(px, t, p.colours.black / n),
+        flat_color(px, t, p.hists),
+        border(px, p.grey, t),
+        complexity(p.grey, t),
     ]
 
 

@@ -7,14 +7,14 @@ import numpy as np
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_least
+from krea2.curate.histogram import channel_histograms_rgbp, with_phase
 
 
 def channel_histograms(pixels: np.ndarray) -> np.ndarray:
     """(h, w, 3) uint8 RGB → (3, 256) float64 pixel counts per channel level (shared by the
-    entropy and flat-colour filters)."""
-    return np.stack(
-        [cv2.calcHist([pixels], [c], None, [256], [0, 256]).ravel() for c in range(3)]
-    ).astype(np.float64)
+    entropy and flat-colour filters; fast on flat images, see ``krea2.curate.histogram``)."""
+    rgba = cv2.cvtColor(np.ascontiguousarray(pixels), cv2.COLOR_RGB2RGBA)
+    return channel_histograms_rgbp(with_phase(rgba))
 
 
 def rgb_entropy(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:

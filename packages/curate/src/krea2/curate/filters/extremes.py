@@ -21,9 +21,13 @@ def black_ratio(pixels: np.ndarray) -> float:
     return cv2.countNonZero(mask) / mask.size
 
 
-def white(pixels: np.ndarray, t: StageThresholds) -> FilterResult:
-    return at_most("white_ratio", white_ratio(pixels), t.max_white_ratio, "white pixel share")
+def white(pixels: np.ndarray, t: StageThresholds, ratio: float | None = None) -> FilterResult:
+    """``ratio``: the pixels' ``white_ratio`` if already known (from the colour lookup)."""
+    ratio = white_ratio(pixels) if ratio is None else ratio
+    return at_most("white_ratio", ratio, t.max_white_ratio, "white pixel share")
 
 
-def black(pixels: np.ndarray, t: StageThresholds) -> FilterResult:
-    return at_most("black_ratio", black_ratio(pixels), t.max_black_ratio, "black pixel share")
+def black(pixels: np.ndarray, t: StageThresholds, ratio: float | None = None) -> FilterResult:
+    """``ratio``: the pixels' ``black_ratio`` if already known (from the colour lookup)."""
+    ratio = black_ratio(pixels) if ratio is None else ratio
+    return at_most("black_ratio", ratio, t.max_black_ratio, "black pixel share")
