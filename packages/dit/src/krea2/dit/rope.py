@@ -32,8 +32,37 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """
     r = 2 * cos.shape[-1]
     rot, rest = (x, None) if r == x.shape[-1] else (x[..., :r], x[..., r:])
-    pairs = rot.float().unflatten(-1, (-1, 2))
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)
-    out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2).to(x.dtype)
+    out = _Rotate.apply(rot.float(), cos.unsqueeze(-2), sin.unsqueeze(-2)).to(x.dtype)
     return out if rest is None else torch.cat([out, rest], dim=-1)
+
+
+class _Rotate(torch.autograd.Function):
+    """Pairwise rotation of x [..., R] by angles with cos/sin [..., R/2] (broadcast).
+
+    The map is linear in x, so backward is the rotation by the opposite angle and nothing
+    of x's size is saved; forward and backward are four passes each (autograd of the
+    composite makes about twice as many, with zero-filled buffers for the pair slices).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin = ctx.saved_tensors
+        return _rotate(grad, cos, -sin), None, None
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """(x0 cos - x1 sin, x0 sin + x1 cos) per pair; x [..., R], cos/sin [..., R/2]."""
+    pairs = x.unflatten(-1, (-1, 2))
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    if torch.compiler.is_compiling():
+        # Dynamo does not trace `out=` into views; inductor fuses this form into one kernel.
+        return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
+    out = torch.empty(pairs.shape, dtype=x.dtype, device=x.device)
+    torch.mul(x0, cos, out=out[..., 0]).addcmul_(x1, sin, value=-1)
+    torch.mul(x0, sin, out=out[..., 1]).addcmul_(x1, cos)
+    return out.flatten(-2)
