@@ -5,13 +5,14 @@ from __future__ import annotations
 import cv2
 import numpy as np
 from PIL import Image
+from threadpoolctl import threadpool_limits
 
 from krea2.curate.colour_table import colour_keys, colour_stats
 from krea2.curate.decode import decode
 from krea2.curate.filters.extremes import black_ratio, white_ratio
 from krea2.curate.histogram import channel_histograms_rgbp, index_histogram, with_phase
 from krea2.curate.planes import pillow_luma, planes
-from krea2.curate.threads import blas_threads, single_threaded
+from krea2.curate.threads import pool_threads, single_threaded
 
 
 def _images(real_photos) -> dict[str, np.ndarray]:
@@ -70,6 +71,13 @@ def test_planes_match_the_standalone_conversions(real_photos):
 
 
 def test_single_threaded_sets_opencv_and_blas():
-    single_threaded()
-    assert cv2.getNumThreads() == 1
-    assert blas_threads(1) >= 1  # numpy's OpenBLAS is found and set (Linux wheels)
+    before = pool_threads()
+    try:
+        single_threaded()
+        threads = pool_threads()
+        assert threads["opencv"] == 1
+        assert threads["blas"] == 1  # numpy's OpenBLAS is found and set
+        assert threads.get("openmp") == before.get("openmp")  # torch's pool is left alone
+    finally:  # the rest of this pytest process keeps its settings
+        cv2.setNumThreads(before["opencv"])
+        threadpool_limits(limits=before["blas"], user_api="blas")

@@ -1,4 +1,5 @@
-"""One thread per curate worker: OpenCV and the BLAS under numpy stay on the calling thread.
+"""One thread per curate worker: OpenCV and the BLAS under numpy and scipy stay on the calling
+thread.
 
 Curation runs one worker process per core, so library thread pools only add contention, and
 their spinning helper threads bill CPU time to the worker: with OpenBLAS's default pool the
@@ -8,45 +9,23 @@ small banded products of the Lanczos resize cost about 1.5× their single-thread
 
 from __future__ import annotations
 
-import ctypes
-import os
-
 import cv2
-
-# Entry points of the OpenBLAS builds that numpy and scipy wheels bundle.
-_OPENBLAS_SETTERS = (
-    "scipy_openblas_set_num_threads64_",
-    "scipy_openblas_set_num_threads",
-    "openblas_set_num_threads64_",
-    "openblas_set_num_threads",
-)
-
-
-def _loaded_openblas() -> list[str]:
-    """Paths of the OpenBLAS libraries mapped into this process (Linux; else none)."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
-    except OSError:
-        return []
-    return sorted(p for p in paths if os.path.isfile(p))
-
-
-def blas_threads(n: int) -> int:
-    """Set every loaded OpenBLAS to ``n`` threads; returns how many libraries were set."""
-    done = 0
-    for path in _loaded_openblas():
-        lib = ctypes.CDLL(path)
-        setter = next((getattr(lib, s) for s in _OPENBLAS_SETTERS if hasattr(lib, s)), None)
-        if setter is not None:
-            setter(ctypes.c_int(n))
-            done += 1
-    return done
+from threadpoolctl import threadpool_info, threadpool_limits
 
 
 def single_threaded() -> None:
-    """The setting of every curate worker process: OpenCV and BLAS on the calling thread."""
-    import numpy  # noqa: F401  (loads numpy's OpenBLAS so that it can be set)
+    """The setting of every curate worker process, for the rest of the process's life."""
+    import numpy  # noqa: F401  (loads numpy's BLAS so that its pool is found and limited)
 
     cv2.setNumThreads(1)
-    blas_threads(1)
+    # BLAS only: an OpenMP pool in the same process may be torch's, which sets its own.
+    threadpool_limits(limits=1, user_api="blas")
+
+
+def pool_threads() -> dict[str, int]:
+    """Threads of every native thread pool loaded in this process, by library (``blas``,
+    ``openmp``) and OpenCV's (``opencv``)."""
+    out = {"opencv": cv2.getNumThreads()}
+    for pool in threadpool_info():
+        out[pool["user_api"]] = max(out.get(pool["user_api"], 0), pool["num_threads"])
+    return out
