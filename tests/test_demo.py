@@ -76,6 +76,11 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
     } <= set(summary["stages"])
     curation = summary["curation"]
     assert curation["images"] == summary["pool"]["images"]
+    # Every one-object render is in the pool; dedup folds the variants into the first
+    # render of their concept, and precision/recall leave them out (no ground truth).
+    variants = curation["variants"]
+    assert sum(variants.values()) == summary["pool"]["one_object_variants"] > 0
+    assert "kept" not in variants
     for cls, m in curation["precision_recall"].items():
         assert m["support"] > 0, cls
         assert 0.0 <= m["precision"] <= 1.0 and 0.0 <= m["recall"] <= 1.0

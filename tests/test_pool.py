@@ -23,3 +23,23 @@ def test_pool_built_by_two_processes_matches_one(tmp_path):
     assert digest(tmp_path / "one") == digest(tmp_path / "two")
     labels = read_labels(Path(one["labels"]))
     assert sum(m["label"] == "clean" for m in labels.values()) >= one["one_object"]
+
+
+def test_every_one_object_render_is_in_the_pool_and_dedup_folds_exactly_the_variants(tmp_path):
+    from krea2.curate.analysis import analyze_bytes
+    from krea2.curate.config import CurateConfig
+    from krea2.curate.pipeline import dedup_analyses
+    from krea2.pipeline.pool import VARIANT
+
+    spec = PoolSpec(per_concept=3, side=96, n_clean_multi=4, n_per_defect=1, n_overrepresented=3)
+    split = split_concepts(spec.seed, spec.held_out_fraction)
+    pool = build_pool(spec, split, tmp_path, workers=1)
+    assert pool["one_object"] + pool["one_object_variants"] == 3 * len(split.train)
+    assert pool["one_object_variants"] > 0
+    labels = read_labels(Path(pool["labels"]))
+    world = sorted(f for f, m in labels.items() if m["key"].startswith("world-"))
+    # In pool order, as ingest sees them: dedup keeps the clean renders, folds the variants.
+    result = dedup_analyses(
+        [analyze_bytes((tmp_path / f).read_bytes(), CurateConfig()) for f in world], CurateConfig()
+    )
+    assert [labels[f]["label"] != VARIANT for f in world] == result.keep.tolist()

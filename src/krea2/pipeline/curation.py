@@ -59,10 +59,11 @@ def file_of(uri: str) -> str:
 
 
 def funnel(cluster: Path, labels_path: Path) -> dict:
-    """Counts kept/rejected per reason and precision/recall per injected defect class."""
+    """Counts kept/rejected per reason and precision/recall per injected defect class (over
+    the images with ground truth: all but the one-object variants, counted apart)."""
     from krea2.curate.evaluate import clean_kept, precision_recall
     from krea2.curate.jobs import final_reason
-    from krea2.pipeline.pool import read_labels
+    from krea2.pipeline.pool import VARIANT, read_labels
 
     labels = read_labels(labels_path)
     rows = [r for r in warehouse_rows(cluster) if file_of(r["uri"]) in labels]
@@ -74,6 +75,11 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
         for r, reason in zip(rows, reasons, strict=True)
     ]
     truth = [labels[file_of(r["uri"])]["label"] for r in rows]
+    scored = [i for i, t in enumerate(truth) if t != VARIANT]
+    variants: dict[str, int] = {}
+    for t, reason in zip(truth, reasons, strict=True):
+        if t == VARIANT:
+            variants[reason or "kept"] = variants.get(reason or "kept", 0) + 1
     counts: dict[str, int] = {}
     for reason in reasons:
         counts[reason or "kept"] = counts.get(reason or "kept", 0) + 1
@@ -90,8 +96,11 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     return {
         "images": len(rows),
         "counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
-        "precision_recall": precision_recall(truth, detected),
+        "precision_recall": precision_recall(
+            [truth[i] for i in scored], [detected[i] for i in scored]
+        ),
         "clean_kept": clean_kept(truth, reasons),
+        "variants": variants,
         "examples": examples,
         "duplicate_groups": dup_groups,
     }

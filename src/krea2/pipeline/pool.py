@@ -17,6 +17,12 @@ from krea2.curate.shapes.defects import PoolItem, encode, make_pool, write_pool
 from krea2.pipeline.config import PoolSpec
 from krea2.pipeline.world import WorldSplit, one_object_scenes
 
+# The label of a one-object render that curate's dedup folds into an earlier render of the
+# same concept: the raw pool's many near-identical pictures of one thing. Which of them are
+# duplicates is decided by the dedup itself, not known independently, so they carry no
+# ground truth and precision/recall leave them out (the funnel counts them apart).
+VARIANT = "variant"
+
 
 def distinct(analyses: list[ImageAnalysis], cfg: CurateConfig) -> list[int]:
     """Indices of the images curate's dedup keeps (one per duplicate group, the earliest
@@ -48,13 +54,14 @@ def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
 
 def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int = 1) -> dict:
     """Write the pool's files and ``labels.jsonl`` (ground truth per file) into ``directory``.
-    The one-object scenes are rendered and analysed by ``workers`` processes."""
+    The one-object scenes are rendered and analysed by ``workers`` processes; all of them
+    go into the pool, in render order, the ones dedup keeps labelled ``clean``."""
     candidates = one_object_scenes(split, spec.per_concept, spec.seed)
     done = parallel_map(render_and_analyze, [(s, spec.side) for s in candidates], workers)
-    images = [data for data, _ in done]
+    keep = set(distinct([a for _, a in done], CurateConfig()))
     world = [
-        PoolItem(f"world-{n:05d}", images[i], "png", "clean", scene=candidates[i])
-        for n, i in enumerate(distinct([a for _, a in done], CurateConfig()))
+        PoolItem(f"world-{i:05d}", data, "png", "clean" if i in keep else VARIANT, scene=scene)
+        for i, ((data, _), scene) in enumerate(zip(done, candidates, strict=True))
     ]
     injected = make_pool(
         seed=spec.seed,
@@ -80,7 +87,8 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
     return {
         "labels": str(labels),
         "images": len(items),
-        "one_object": len(world),
+        "one_object": sum(it.label == "clean" for it in world),
+        "one_object_variants": sum(it.label == VARIANT for it in world),
         "by_label": counts,
     }
 

@@ -32,6 +32,14 @@ def curation_sections(curate: dict, pool_dir: Path) -> list[tuple[str, str]]:
     ]
     pr = html.table(["injected defect", "images", "flagged", "precision", "recall"], pr_rows)
     kept = f'<p class="note">clean images kept: {curate["clean_kept"]:.3f}</p>'
+    variants = curate.get("variants") or {}
+    if variants:
+        outcome = ", ".join(f"{k} {v}" for k, v in variants.items())
+        kept += (
+            f'<p class="note">one-object variants (near-identical renders of a concept, '
+            f"no ground truth, left out of precision/recall): {sum(variants.values())}: "
+            f"{html.escape(outcome)}</p>"
+        )
     examples = "".join(
         f"<h3>{html.escape(reason)}</h3>"
         + html.image_grid([(thumb(pool_dir / f), f) for f in files])
