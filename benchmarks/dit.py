@@ -5,7 +5,8 @@ Same config, same random weights, same inputs (fp32 by default): forward + backw
 candidate alike), peak memory of one step (CPU: peak RSS of a fresh process; CUDA:
 max_memory_allocated), bytes saved for backward, and output/gradient agreement.
 
-Run: uv run --no-sync python benchmarks/dit.py            (CPU, ~5-10 min with compile)
+Run: uv run --no-sync python -m benchmarks.dit             (CPU, ~5-10 min with compile)
+     uv run --no-sync python -m benchmarks.dit --no-compile --pad-frac 0.75 --area dit-padded
      uv run --no-sync python benchmarks/dit.py --device cuda --dtype bf16 --batch 4
 """
 
