@@ -150,12 +150,13 @@ def test_autocast_modes_resolve_per_layout_and_reject_unknown(write_job):
 
     from krea2.infra.errors import UserError
     from krea2.trainer.build import autocast_dtype
+    from krea2.trainer.distributed import cpu_flags
 
     env = init_distributed(load_config(JobConfig, write_job()))
     assert autocast_dtype("none", env) is None
     assert autocast_dtype("bfloat16", env) is torch.bfloat16
-    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert autocast_dtype("auto", env) is (torch.bfloat16 if native else None)
+    fast = "amx_bf16" in cpu_flags() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert autocast_dtype("auto", env) is (torch.bfloat16 if fast else None)
     with pytest.raises(UserError, match="choose 'none', 'bfloat16' or 'auto'"):
         autocast_dtype("fp16", env)
 
@@ -209,3 +210,17 @@ def test_split_prediction_is_velocity_for_block_means_and_x0_for_the_detail(writ
     vmean = F.interpolate(F.avg_pool2d(true_v, 2), scale_factor=2)
     x0_detail = x0 - F.interpolate(F.avg_pool2d(x0, 2), scale_factor=2)
     torch.testing.assert_close(module._velocity(vmean + x0_detail, x_t, t), true_v)
+
+
+def test_auto_autocast_takes_bf16_on_cpu_only_with_amx(monkeypatch, write_job):
+    from krea2.trainer import build, distributed
+
+    env = init_distributed(load_config(JobConfig, write_job()))
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    for flags, want in (
+        ({"avx2"}, None),
+        ({"avx512f", "avx512_bf16"}, None),  # measured slower than fp32 without AMX
+        ({"avx512_bf16", "amx_tile", "amx_bf16"}, torch.bfloat16),
+    ):
+        monkeypatch.setattr(distributed, "cpu_flags", lambda f=flags: frozenset(f))
+        assert build.autocast_dtype("auto", env) is want, flags

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.trainer.config import JobConfig, StageConfig
-from krea2.trainer.distributed import DistEnv, cpu_has_native_bf16
+from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
 
 log = get_logger("trainer.build")
 
@@ -219,9 +219,9 @@ def autocast_dtype(mode: str, env: DistEnv) -> torch.dtype | None:
         return None  # FSDP's MixedPrecisionPolicy already runs the forward in bf16
     if env.device.type == "cuda":
         return torch.bfloat16
-    if env.device.type == "cpu" and cpu_has_native_bf16():
+    if env.device.type == "cpu" and cpu_has_fast_bf16():
         return torch.bfloat16
-    return None  # emulated bf16 would be slower than fp32
+    return None  # bf16 without AMX (emulated, or avx512_bf16) is slower than fp32
 
 
 def irepa_encoder_dim(stage: StageConfig) -> int:

@@ -54,8 +54,8 @@ class ModelConfig:
     ae_factor: int = 1  # PixelAE space-to-depth factor
     dtype: str = "float32"  # param dtype on one device; bf16 mixed precision comes from FSDP
     # Forward under torch.autocast on one device (fp32 master weights, bf16 matmuls):
-    # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast and the CPU has
-    # native bf16 matmuls, e.g. avx512_bf16 / AMX; 1.45x per toy step on 2 cores).
+    # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast, and on CPUs
+    # only with AMX: 1.45x per toy step on 2 cores with it, 0.75x with avx512_bf16 alone).
     autocast: str = "none"
     # What the DiT's output means (loss and sampler always work in v):
     # "velocity": v = eps - x, the release.

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
 from krea2.trainer.config import OptimizerConfig, OptimizerName
-from krea2.trainer.distributed import cpu_has_native_bf16
+from krea2.trainer.distributed import cpu_has_fast_bf16
 
 # Hidden matrices of the transformer blocks (Muon's domain). First match wins; everything
 # else (patch embed `first`, `last.linear`, time and text MLPs, the tap projector, norm
@@ -79,11 +79,11 @@ def build_optimizers(
     ]
     if use_muon and groups["muon"]:
         device = groups["muon"][0][1].device
-        if device.type == "cpu" and not cpu_has_native_bf16():
-            # torch.optim.Muon runs Newton-Schulz in bf16, which such a CPU emulates: measured
-            # 1.5 s per step for 20 matrices of 512x128 (AdamW: milliseconds).
+        if device.type == "cpu" and not cpu_has_fast_bf16():
+            # torch.optim.Muon runs Newton-Schulz in bf16, slower than fp32 on such a CPU:
+            # measured 1.5 s per step for 20 matrices of 512x128 (AdamW: milliseconds).
             log.warning(
-                "Muon on a CPU without native bf16 is slow (its Newton-Schulz iteration is "
+                "Muon on a CPU without AMX bf16 is slow (its Newton-Schulz iteration is "
                 "bf16); use optimizer.name = 'adamw' for CPU runs"
             )
         muon_lr = cfg.muon_lr if cfg.muon_lr is not None else lr
