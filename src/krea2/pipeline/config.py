@@ -14,7 +14,8 @@ class PoolSpec:
     multi-object scenes and defects (``krea2.curate.shapes.defects.make_pool``)."""
 
     seed: int = 0
-    per_concept: int = 12  # one-object renders per training concept (dedup keeps ~1 in 3)
+    per_concept: int = 6  # one-object scenes per training concept (dedup keeps ~1 in 2)
+    rerenders: int = 1  # near-identical re-renders of each (dedup folds nearly all)
     side: int = 320  # px, one-object scenes are square (resized near duplicates stay ≥ 256)
     held_out_fraction: float = 0.15
     n_clean_multi: int = 100

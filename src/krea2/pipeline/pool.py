@@ -18,9 +18,10 @@ from krea2.pipeline.config import PoolSpec
 from krea2.pipeline.world import WorldSplit, one_object_scenes
 
 # The label of a one-object render that curate's dedup folds into an earlier render of the
-# same concept: the raw pool's many near-identical pictures of one thing. Which of them are
-# duplicates is decided by the dedup itself, not known independently, so they carry no
-# ground truth and precision/recall leave them out (the funnel counts them apart).
+# same concept (a re-render nudged by under a pixel, or another take of the concept): the
+# raw pool's many near-identical pictures of one thing. Which of them are duplicates is
+# decided by the dedup itself, not known independently, so they carry no ground truth and
+# precision/recall leave them out (the funnel counts them apart).
 VARIANT = "variant"
 
 
@@ -56,7 +57,7 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
     """Write the pool's files and ``labels.jsonl`` (ground truth per file) into ``directory``.
     The one-object scenes are rendered and analysed by ``workers`` processes; all of them
     go into the pool, in render order, the ones dedup keeps labelled ``clean``."""
-    candidates = one_object_scenes(split, spec.per_concept, spec.seed)
+    candidates = one_object_scenes(split, spec.per_concept, spec.seed, spec.rerenders)
     done = parallel_map(render_and_analyze, [(s, spec.side) for s in candidates], workers)
     keep = set(distinct([a for _, a in done], CurateConfig()))
     world = [

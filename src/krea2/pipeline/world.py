@@ -63,14 +63,26 @@ def eval_prompt(concept: Concept) -> str:
     return captions(concept_scene(concept))["medium"]
 
 
-def one_object_scenes(split: WorldSplit, per_concept: int, seed: int) -> list[Scene]:
+def one_object_scenes(
+    split: WorldSplit, per_concept: int, seed: int, rerenders: int = 0, nudge: float = 0.05
+) -> list[Scene]:
     """``per_concept`` candidate scenes of every training concept: the first large and
-    centred, the others of random size (large or medium), jitter and background."""
+    centred, the others of random size (large or medium), jitter and background. Each is
+    followed by ``rerenders`` near-identical re-renders, its shape moved by at most
+    ``nudge`` of the jitter range per axis (under a pixel at 320 px for large shapes).
+    The candidates themselves do not depend on ``rerenders``."""
     rng = np.random.default_rng(seed)
+    nudges = np.random.default_rng([seed, 1])
     scenes: list[Scene] = []
     for concept in split.train:
         for attempt in range(per_concept):
             size = "large" if attempt == 0 else str(rng.choice(["large", "medium"]))
             jitter = (0.0, 0.0) if attempt == 0 else tuple(rng.uniform(-0.5, 0.5, 2))
-            scenes.append(concept_scene(concept, str(rng.choice(WORLD_BACKGROUNDS)), size, jitter))
+            background = str(rng.choice(WORLD_BACKGROUNDS))
+            scenes.append(concept_scene(concept, background, size, jitter))
+            for _ in range(rerenders):
+                moved = tuple(
+                    float(np.clip(j + nudges.uniform(-nudge, nudge), -1, 1)) for j in jitter
+                )
+                scenes.append(concept_scene(concept, background, size, moved))
     return scenes
