@@ -28,7 +28,7 @@ class StageSpec:
     """One pretraining resolution stage."""
 
     side: int = 32
-    steps: int = 600
+    steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
     time_shift: float | None = None  # None: the resolution rule of krea2.dit.flow
@@ -50,7 +50,7 @@ class DemoConfig:
     pool: PoolSpec = field(default_factory=PoolSpec)
     low: StageSpec = field(default_factory=StageSpec)
     high: StageSpec = field(
-        default_factory=lambda: StageSpec(side=64, steps=500, lr=2e-3, time_shift=1.17, patch=8)
+        default_factory=lambda: StageSpec(side=64, steps=600, lr=2e-3, time_shift=1.17, patch=8)
     )
     eval: EvalSpec = field(default_factory=EvalSpec)
     model: str = "toy"
