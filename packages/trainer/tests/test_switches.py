@@ -150,13 +150,13 @@ def test_autocast_modes_resolve_per_layout_and_reject_unknown(write_job):
 
     from krea2.infra.errors import UserError
     from krea2.trainer.build import autocast_dtype
-    from krea2.trainer.distributed import cpu_flags
+    from krea2.trainer.distributed import cpu_has_fast_bf16
 
     env = init_distributed(load_config(JobConfig, write_job()))
     assert autocast_dtype("none", env) is None
     assert autocast_dtype("bfloat16", env) is torch.bfloat16
-    fast = "amx_bf16" in cpu_flags() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert autocast_dtype("auto", env) is (torch.bfloat16 if fast else None)
+    # Which CPUs count as fast: test_auto_autocast_takes_bf16_on_cpu_only_with_amx.
+    assert autocast_dtype("auto", env) is (torch.bfloat16 if cpu_has_fast_bf16() else None)
     with pytest.raises(UserError, match="choose 'none', 'bfloat16' or 'auto'"):
         autocast_dtype("fp16", env)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -75,14 +76,10 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
         for r, reason in zip(rows, reasons, strict=True)
     ]
     truth = [labels[file_of(r["uri"])]["label"] for r in rows]
+    outcomes = [reason or "kept" for reason in reasons]
     scored = [i for i, t in enumerate(truth) if t != VARIANT]
-    variants: dict[str, int] = {}
-    for t, reason in zip(truth, reasons, strict=True):
-        if t == VARIANT:
-            variants[reason or "kept"] = variants.get(reason or "kept", 0) + 1
-    counts: dict[str, int] = {}
-    for reason in reasons:
-        counts[reason or "kept"] = counts.get(reason or "kept", 0) + 1
+    variants = Counter(o for o, t in zip(outcomes, truth, strict=True) if t == VARIANT)
+    counts = Counter(outcomes)
     examples: dict[str, list[str]] = {}
     for r, reason in zip(rows, reasons, strict=True):
         if reason and len(examples.setdefault(reason, [])) < 6:
@@ -95,12 +92,12 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     dup_groups = [[by_key[k], *v] for k, v in list(groups.items())[:6] if k in by_key]
     return {
         "images": len(rows),
-        "counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        "counts": dict(counts.most_common()),
         "precision_recall": precision_recall(
             [truth[i] for i in scored], [detected[i] for i in scored]
         ),
         "clean_kept": clean_kept(truth, reasons),
-        "variants": variants,
+        "variants": dict(variants),
         "examples": examples,
         "duplicate_groups": dup_groups,
     }
