@@ -1,9 +1,9 @@
 """Curate speed: decode + all cheap filters + all hashes per image, against the usual way.
 
 Ours (``krea2.curate.analysis.analyze_bytes``): one decode at reduced scale (JPEG DCT
-scaling), EXIF/alpha/mode handling, the ten cheap filters (cv2) and md5, phash 8/12 and
-colorhash on the 256-px analysis pixels. Baseline, as users write it today: Pillow full
-decode → RGB, ``imagehash.phash(img, hash_size=12)``, ``imagehash.phash(img)``,
+scaling), EXIF/alpha/mode handling, the ten cheap filters (numba; Canny in cv2) and md5,
+phash 8/12 and colorhash on the 256-px analysis pixels. Baseline, as users write it today:
+Pillow full decode → RGB, ``imagehash.phash(img, hash_size=12)``, ``imagehash.phash(img)``,
 ``imagehash.colorhash(img)``, md5, and the same filters in numpy on the full-size array.
 Same images, same run, one core (``sched_setaffinity`` + the curate workers' own setting,
 ``krea2.curate.threads.single_threaded``: OpenCV and OpenBLAS on the calling thread). Times are
@@ -29,20 +29,17 @@ from pathlib import Path
 import cv2
 import imagehash
 import numpy as np
-import scipy.fft
 from PIL import Image
 
 from krea2.curate.analysis import analyze_bytes, decode_limits
-from krea2.curate.colour_table import colour_counts
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
 from krea2.curate.filters import run_cheap_filters
 from krea2.curate.filters.border import border_fraction
 from krea2.curate.filters.complexity import edge_density
-from krea2.curate.filters.entropy import channel_histograms, rgb_entropy
 from krea2.curate.filters.flat import flat_ratio
 from krea2.curate.filters.laplacian import laplacian_variance
-from krea2.curate.hashes import image_hashes, pillow_luma
+from krea2.curate.hashes import dct_median_bits, dct_rows, image_hashes
 from krea2.curate.planes import planes
 from krea2.curate.resample import lanczos_resize
 from krea2.curate.shapes import render, sample_scene
@@ -118,40 +115,24 @@ def per_image_seconds(fn, images: dict[str, bytes], repeats: int) -> list[float]
     return out
 
 
-def elementary_ops() -> dict:
-    """Each per-pixel step of our filters and hashes as its own call, on (h, w, 3) analysis
-    pixels: where the non-decode time goes, and a floor for it short of fusing the passes in
-    native code (each step is a few OpenCV/numpy/BLAS calls already)."""
-
-    def histogram_filters(px: np.ndarray) -> None:
-        hists = channel_histograms(px)
-        rgb_entropy(px, hists), flat_ratio(px, hists)
-
-    def grey(px: np.ndarray) -> np.ndarray:
-        return cv2.cvtColor(px, cv2.COLOR_RGB2GRAY)
-
+def elementary_ops(pixels: dict, shared: dict) -> dict:
+    """Each step of our filters and hashes as its own call on one image's analysis pixels
+    (by key), the steps after the pixel pass given its result: where the non-decode time
+    goes."""
+    smalls = {k: [lanczos_resize(p.luma, 4 * s, 4 * s) for s in (12, 8)] for k, p in shared.items()}
     return {
-        "cv2 grey": grey,
-        "Laplacian tile variance": lambda px: laplacian_variance(grey(px)),
-        "channel histograms (phase), entropy, flat-colour mask": histogram_filters,
-        "Canny edge density": lambda px: edge_density(grey(px)),
-        "border bands": lambda px: border_fraction(px, grey(px)),
-        "Pillow luma (exact, for phash)": pillow_luma,
-        "colour-class lookup (colorhash, hue, white/black)": colour_counts,
-    }
-
-
-def luma_ops() -> dict:
-    """The phash steps after the luma, on (h, w) uint8 luma."""
-
-    def dct_median(small: np.ndarray, size: int) -> np.ndarray:
-        c = scipy.fft.dct(scipy.fft.dct(small.astype(np.float64), axis=0), axis=1)[:size, :size]
-        return c > np.median(c)
-
-    return {
-        "Lanczos 48² + 32² (exact)": lambda g: [lanczos_resize(g, s, s) for s in (48, 32)],
-        "DCT + median, both phashes": lambda g: [
-            dct_median(g[: 4 * s, : 4 * s], s) for s in (12, 8)
+        "one pixel pass (grey, luma, histograms, colour lookup, line sums)": lambda k: planes(
+            pixels[k]
+        ),
+        "Laplacian tile variance": lambda k: laplacian_variance(shared[k].grey),
+        "flat-colour count": lambda k: flat_ratio(pixels[k], shared[k].hists),
+        "Canny edge density (OpenCV)": lambda k: edge_density(shared[k].grey),
+        "border bands": lambda k: border_fraction(pixels[k], shared[k].lines),
+        "Lanczos 48² + 32² (exact)": lambda k: [
+            lanczos_resize(shared[k].luma, s, s) for s in (48, 32)
+        ],
+        "DCT + median, both phashes": lambda k: [
+            dct_median_bits(small, dct_rows(s)) for small, s in zip(smalls[k], (12, 8), strict=True)
         ],
     }
 
@@ -169,11 +150,9 @@ def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig
     plane_s = per_image_seconds(planes, pixels, repeats)
     filt = per_image_seconds(lambda k: run_cheap_filters(decoded[k], t, shared[k]), keys, repeats)
     hashes = per_image_seconds(lambda k: image_hashes(pixels[k], shared[k]), keys, repeats)
-    lumas = {k: pillow_luma(px) for k, px in pixels.items()}
     ops = {
-        op: 1000 * float(np.mean(per_image_seconds(fn, inputs, repeats)))
-        for ops, inputs in ((elementary_ops(), pixels), (luma_ops(), lumas))
-        for op, fn in ops.items()
+        op: 1000 * float(np.mean(per_image_seconds(fn, keys, repeats)))
+        for op, fn in elementary_ops(pixels, shared).items()
     }
     mp = [Image.open(io.BytesIO(d)).size for d in images.values()]
     return {
@@ -206,8 +185,8 @@ def ops_table(results: list[dict]) -> str:
     rows.append(["decode share if only the steps remained", *(f"{b:.0%}" for b in best)])
     return (
         "Where the non-decode time goes (ms per image, each step timed alone on the analysis "
-        "pixels; every step is already a few OpenCV/numpy/BLAS calls, so their sum is "
-        "the floor for filters + hashes short of fusing the passes in native code):\n\n"
+        "pixels, the steps after the pixel pass given its result; the rest of the whole "
+        "analysis is md5, Python glue and the cache misses of running after a decode):\n\n"
         + table(["step", *(r["set"] for r in results)], rows)
     )
 
@@ -247,12 +226,14 @@ def main() -> None:
         "Images per CPU-second on one core. Baseline = Pillow full decode, "
         "`imagehash.phash(hash_size=12)`, "
         "`imagehash.phash`, `imagehash.colorhash`, md5 and numpy filters on the full image; "
-        "ours = one reduced-scale decode, then the shared planes (grey, channel histograms, "
-        "colour-class and white/black counts, Pillow luma; `krea2.curate.planes`), cv2 filters "
-        "and bit-identical hashes on the 256-px analysis pixels. "
+        "ours = one reduced-scale decode, then one compiled pass over the pixels (grey, Pillow "
+        "luma, channel histograms, colour-class and white/black counts, row/column sums; "
+        "`krea2.curate.pixel_pass`, numba), the filters and bit-identical hashes on the 256-px "
+        "analysis pixels. "
         f"Median of {args.repeats} per image (CPU time of the process). "
         "Bit-identity with imagehash is kept without Pillow's resize and HSV loops: the Lanczos "
-        "passes are Pillow's own fixed-point weights as banded matrix products, and the colour "
+        "passes are Pillow's own fixed-point weights and integer arithmetic, compiled, and the "
+        "colour "
         "classes come from a table of every 24-bit colour built once by Pillow's and OpenCV's "
         "conversions.\n\n"
         + table(

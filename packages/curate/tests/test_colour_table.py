@@ -9,11 +9,15 @@ from krea2.curate.colour_table import (
     COLOUR_CLASSES,
     HUE_CODES,
     colour_class,
-    colour_counts,
-    colour_keys,
     hue_code,
 )
 from krea2.curate.decode import decode
+from krea2.curate.planes import planes
+
+
+def colour_counts(pixels: np.ndarray) -> np.ndarray:
+    """The table lookup's counts, as the analysis computes them (``pixel_pass``)."""
+    return planes(pixels).colours.counts
 
 
 def _direct_counts(pixels: np.ndarray) -> np.ndarray:
@@ -40,8 +44,3 @@ def test_counts_equal_converting_the_image_on_noise_and_pure_colours():
     edges = np.stack(np.meshgrid(levels, [0, 85, 170, 255], [0, 255], indexing="ij"), -1)
     edges = edges.reshape(64, -1, 3).astype(np.uint8)
     assert (colour_counts(edges) == _direct_counts(edges)).all()
-
-
-def test_keys_pack_red_green_blue_little_end_first():
-    px = np.array([[[1, 2, 3], [255, 0, 128]]], np.uint8)
-    assert colour_keys(px).tolist() == [[1 | 2 << 8 | 3 << 16, 255 | 128 << 16]]

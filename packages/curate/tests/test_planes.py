@@ -7,10 +7,9 @@ import numpy as np
 from PIL import Image
 from threadpoolctl import threadpool_limits
 
-from krea2.curate.colour_table import colour_keys, colour_stats
 from krea2.curate.decode import decode
 from krea2.curate.filters.extremes import black_ratio, white_ratio
-from krea2.curate.histogram import channel_histograms_rgbp, index_histogram, with_phase
+from krea2.curate.pixel_pass import count_within
 from krea2.curate.planes import pillow_luma, planes
 from krea2.curate.threads import pool_threads, single_threaded
 
@@ -36,30 +35,44 @@ def test_pillow_luma_equals_pillow_for_every_colour():
     assert (pillow_luma(every) == np.asarray(Image.fromarray(every).convert("L"))).all()
 
 
-def test_channel_and_index_histograms_are_exact_counts(real_photos):
+def test_opencv_grey_equals_opencv_for_every_colour():
+    every = np.arange(1 << 24, dtype=np.uint32).view(np.uint8).reshape(4096, 4096, 4)[..., :3]
+    every = np.ascontiguousarray(every)
+    assert (planes(every).grey == cv2.cvtColor(every, cv2.COLOR_RGB2GRAY)).all()
+
+
+def test_channel_histograms_and_line_sums_are_exact(real_photos):
     for name, px in _images(real_photos).items():
-        rgba = cv2.cvtColor(px, cv2.COLOR_RGB2RGBA)
-        hists = channel_histograms_rgbp(with_phase(rgba))
+        p = planes(px)
         direct = [np.bincount(px[..., c].ravel(), minlength=256) for c in range(3)]
-        assert (hists == np.stack(direct)).all(), name
-        grey = cv2.cvtColor(px, cv2.COLOR_RGB2GRAY)
-        assert (index_histogram(grey) == np.bincount(grey.ravel(), minlength=256)).all(), name
-
-
-def test_index_histogram_counts_past_float32_exactness():
-    big = np.zeros((4096, 4097), np.uint8)
-    big[0, :3] = 7
-    hist = index_histogram(big)
-    assert hist[0] == big.size - 3 and hist[7] == 3
+        assert (p.hists == np.stack(direct)).all(), name
+        grey = cv2.cvtColor(px, cv2.COLOR_RGB2GRAY).astype(np.float64)
+        for axis, mean, std in (
+            (1, p.lines.row_mean, p.lines.row_std),
+            (0, p.lines.col_mean, p.lines.col_std),
+        ):
+            np.testing.assert_allclose(mean, grey.mean(axis=axis), rtol=1e-12, err_msg=name)
+            np.testing.assert_allclose(std, grey.std(axis=axis), atol=1e-6, err_msg=name)
 
 
 def test_white_and_black_counts_come_from_the_colour_lookup(real_photos):
     for name, px in _images(real_photos).items():
-        stats = colour_stats(colour_keys(px))
+        stats = planes(px).colours
         assert stats.white / stats.pixels == white_ratio(px), name
         assert stats.black / stats.pixels == black_ratio(px), name
-    extremes = colour_stats(colour_keys(_images({})["extremes"]))
+        assert stats.white == ((px >= 250).all(axis=2)).sum(), name
+    extremes = planes(_images({})["extremes"]).colours
     assert (extremes.white, extremes.black) == (15 * 40, 15 * 40)  # rows 0-14; 15-19, 30-39
+
+
+def test_count_within_equals_opencv_in_range(real_photos):
+    rng = np.random.default_rng(1)
+    for name, px in _images(real_photos).items():
+        for _ in range(5):
+            lo = rng.integers(0, 256, 3).astype(np.uint8)
+            hi = np.maximum(lo, rng.integers(0, 256, 3)).astype(np.uint8)
+            mask = cv2.inRange(px, lo.astype(float), hi.astype(float))
+            assert count_within(px, lo, hi) == cv2.countNonZero(mask), (name, lo, hi)
 
 
 def test_planes_match_the_standalone_conversions(real_photos):
@@ -68,6 +81,8 @@ def test_planes_match_the_standalone_conversions(real_photos):
         assert (p.grey == cv2.cvtColor(px, cv2.COLOR_RGB2GRAY)).all(), name
         assert (p.luma == np.asarray(Image.fromarray(px).convert("L"))).all(), name
         assert p.colours.pixels == px.shape[0] * px.shape[1]
+    strided = _images({})["noise"][:, ::2]  # not C-contiguous: copied, same result
+    assert (planes(strided).luma == pillow_luma(np.ascontiguousarray(strided))).all()
 
 
 def test_single_threaded_sets_opencv_and_blas():

@@ -22,8 +22,6 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from krea2.curate.histogram import index_histogram
-
 # colorhash classes: 0 black (luma < 32), 1 grey (s < 85), 2-7 faint colour (85 ≤ s < 170)
 # by hue bin, 8-13 bright colour (s > 170) by hue bin, 14 saturation exactly 170 (imagehash
 # counts it as coloured but puts it in neither hue histogram).
@@ -90,18 +88,10 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
     return table, present
 
 
-def colour_keys(pixels: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 RGB → (h, w) intp ``r | g << 8 | b << 16`` (little-endian RGBA view
-    with alpha masked off; intp because numpy gathers with any other index type through a
-    buffered cast, about 2× slower)."""
-    rgba = cv2.cvtColor(np.ascontiguousarray(pixels), cv2.COLOR_RGB2RGBA)
-    return keys_of_rgba(rgba)
-
-
-def keys_of_rgba(rgba: np.ndarray) -> np.ndarray:
-    """(h, w, 4) uint8 RGBx, any x → (h, w) intp colour keys (see ``colour_keys``)."""
-    keys = rgba.view("<u4")[..., 0].astype(np.intp)
-    return np.bitwise_and(keys, 0xFFFFFF, out=keys)
+def index_table() -> np.ndarray:
+    """(2^24,) uint8: each colour's index, ``index_table()[r | g << 8 | b << 16]``, into
+    the distinct codes that ``colour_stats`` expands (built on first use, then kept)."""
+    return _tables()[0]
 
 
 @dataclass(frozen=True)
@@ -116,20 +106,12 @@ class ColourStats:
     pixels: int
 
 
-def colour_stats(keys: np.ndarray, phase: np.ndarray | None = None) -> ColourStats:
-    """Count the colours of (h, w) intp ``colour_keys``. ``phase``: (h, w) uint8 column
-    index mod ``histogram.PHASES`` for the fast histogram (made here when not given)."""
-    table, present = _tables()
-    index = table.take(keys)
-    per_index = index_histogram(index, phase)
+def colour_stats(per_index: np.ndarray) -> ColourStats:
+    """(256,) int pixel counts per ``index_table`` value → the image's ``ColourStats``."""
+    _, present = _tables()
     per_code = np.zeros(COLOUR_CLASSES * HUE_CODES * EXTREMES, np.int64)
     per_code[present] = per_index[: len(present)]
     per_code = per_code.reshape(COLOUR_CLASSES * HUE_CODES, EXTREMES)
     white, black = per_code[:, WHITE].sum(), per_code[:, BLACK_PIXEL].sum()
     counts = per_code.sum(axis=1).reshape(COLOUR_CLASSES, HUE_CODES)
-    return ColourStats(counts, int(white), int(black), int(keys.size))
-
-
-def colour_counts(pixels: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 RGB → (COLOUR_CLASSES, HUE_CODES) int64 pixel counts."""
-    return colour_stats(colour_keys(pixels)).counts
+    return ColourStats(counts, int(white), int(black), int(per_index.sum()))

@@ -5,11 +5,10 @@ the same pixels, but Pillow's generic two-pass loop is most of the cost of a pha
 256-px analysis pixels. Pillow computes, per output pixel, a window of Lanczos-3 weights
 (normalised to sum 1, then rounded to fixed point with 22 fractional bits), accumulates
 ``Σ pixel · weight + 2^21`` in integers, shifts right by 22 and clips to 0..255, once per pass
-(so the intermediate image is uint8). Here each pass is a matrix product over the same
-integer weights, done in float64, which is exact: every partial sum is an integer below
-2^31 < 2^53. The weights are banded, so each product runs over groups of output pixels and
-touches only the inputs inside their window. Which pass runs first follows Pillow 13
-(checked against Pillow on random sizes in ``tests/test_resample.py``).
+(so the intermediate image is uint8). Here the same integer weights and the same integer
+arithmetic run in two compiled loops (numba), each output reading only its window; the
+vertical pass sums whole rows, so its inner loop vectorises. Which pass runs first follows
+Pillow 13 (checked against Pillow on random sizes in ``tests/test_resample.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ import math
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
 PRECISION_BITS = 22  # Pillow's fixed-point fraction for 8-bit resampling: 32 - 8 - 2
 SUPPORT = 3.0  # Lanczos-3
-GROUP = 8  # output columns per banded product (measured: 8-12 is fastest at 256 → 32/48)
 
 
 def _lanczos(x: float) -> float:
@@ -60,37 +59,38 @@ def pass_weights(in_size: int, out_size: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _bands(in_size: int, out_size: int) -> tuple[tuple[int, int, int, np.ndarray], ...]:
-    """Groups of ``GROUP`` output columns: (first input, end input, first output, (span, g)
-    weights) — the horizontal pass as a few small dense products instead of one wide one."""
-    w = pass_weights(in_size, out_size).T  # (in, out)
-    out = []
-    for c0 in range(0, out_size, GROUP):
-        block = w[:, c0 : c0 + GROUP]
-        rows = np.nonzero(block.any(axis=1))[0]
-        lo, hi = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 1)
-        out.append((lo, hi, c0, np.ascontiguousarray(block[lo:hi])))
-    return tuple(out)
+def _windows(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``pass_weights`` as (out_size, in_size) int32 plus each output's input window
+    [lo, hi) (int64): the span of its nonzero weights (zeros outside add nothing)."""
+    w = pass_weights(in_size, out_size)
+    nonzero = w != 0
+    lo = np.where(nonzero.any(axis=1), nonzero.argmax(axis=1), 0)
+    hi = np.where(nonzero.any(axis=1), in_size - nonzero[:, ::-1].argmax(axis=1), 0)
+    return w.astype(np.int32), lo.astype(np.int64), hi.astype(np.int64)
 
 
-def _round(acc: np.ndarray) -> np.ndarray:
-    """Pillow's clip8: (acc + 2^21) >> 22, clipped to 0..255 (floor = arithmetic shift)."""
-    half = float(1 << (PRECISION_BITS - 1))
-    out = np.floor((acc + half) * (1.0 / (1 << PRECISION_BITS)))
-    return np.clip(out, 0.0, 255.0, out=out)
+@njit(cache=True, nogil=True)
+def _rows_pass(src: np.ndarray, weights: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """(n, m) uint8 → (out, m) uint8: output row o is Σ_y weights[o, y] · src[y] over
+    its window, then Pillow's clip8: (acc + 2^21) >> 22 clipped to 0..255. Whole rows at a
+    time, so the inner loop vectorises; int32 as in Pillow (|acc| < 2^31 for 8-bit input)."""
+    out_n, m = weights.shape[0], src.shape[1]
+    out = np.empty((out_n, m), np.uint8)
+    acc = np.empty(m, np.int32)
+    for o in range(out_n):
+        acc[:] = 1 << (PRECISION_BITS - 1)
+        for y in range(lo[o], hi[o]):
+            k = weights[o, y]
+            for x in range(m):
+                acc[x] += np.int32(src[y, x]) * k
+        for x in range(m):
+            out[o, x] = min(max(acc[x] >> PRECISION_BITS, 0), 255)
+    return out
 
 
-def _horizontal(grey: np.ndarray, out_w: int) -> np.ndarray:
-    out = np.empty((grey.shape[0], out_w))
-    for lo, hi, c0, w in _bands(grey.shape[1], out_w):
-        np.matmul(grey[:, lo:hi], w, out=out[:, c0 : c0 + w.shape[1]])
-    return _round(out)
-
-
-def _vertical(grey: np.ndarray, out_h: int) -> np.ndarray:
-    # The same banded products on the transpose (a view): every product stays small enough
-    # that OpenBLAS runs it on the calling thread.
-    return _horizontal(grey.T, out_h).T
+def _resize_rows(x: np.ndarray, out_n: int) -> np.ndarray:
+    """Resample axis 0 of (n, m) uint8 to ``out_n`` (C-contiguous input, else copied)."""
+    return _rows_pass(np.ascontiguousarray(x), *_windows(x.shape[0], out_n))
 
 
 def vertical_first(h: int, w: int, out_h: int, out_w: int) -> bool:
@@ -100,14 +100,23 @@ def vertical_first(h: int, w: int, out_h: int, out_w: int) -> bool:
 
 
 def lanczos_resize(grey: np.ndarray, out_w: int, out_h: int) -> np.ndarray:
-    """(h, w) uint8 or float64 grey → (out_h, out_w) uint8, equal to Pillow's
-    ``Image.fromarray(grey).resize((out_w, out_h), Image.Resampling.LANCZOS)``."""
-    h, w = grey.shape
-    x = np.asarray(grey, dtype=np.float64)
+    """(h, w) uint8 grey → (out_h, out_w) uint8 C-contiguous, equal to Pillow's
+    ``Image.fromarray(grey).resize((out_w, out_h), Image.Resampling.LANCZOS)``. A pass
+    whose size does not change is skipped, as Pillow skips it.
+
+    Each pass runs along axis 0 of its input; the horizontal pass therefore reads the
+    transpose, which costs nothing when ``grey`` is itself a transposed view of a
+    C-contiguous array (``Planes.luma``) and a copy otherwise.
+    """
+    x = np.asarray(grey, dtype=np.uint8)
+    h, w = x.shape
     if vertical_first(h, w, out_h, out_w):
-        x = _vertical(x, out_h)
-        x = _horizontal(x, out_w) if out_w != w else x
+        x = _resize_rows(x, out_h)
+        if out_w != w:
+            x = _resize_rows(x.T, out_w).T
     else:
-        x = _horizontal(x, out_w) if out_w != w else x
-        x = _vertical(x, out_h) if out_h != h else x
-    return x.astype(np.uint8)
+        if out_w != w:
+            x = _resize_rows(x.T, out_w).T
+        if out_h != h:
+            x = _resize_rows(x, out_h)
+    return np.ascontiguousarray(x)

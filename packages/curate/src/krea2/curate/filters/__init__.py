@@ -35,8 +35,8 @@ def run_cheap_filters(
     image: DecodedImage, t: StageThresholds, shared: Planes | None = None
 ) -> list[FilterResult]:
     """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey, the channel
-    histograms and the white/black counts come from ``shared`` (the image's ``planes``,
-    computed here when not given)."""
+    histograms, the white/black counts and the line statistics come from ``shared`` (the
+    image's ``planes``, computed here when not given)."""
     px = image.pixels
     p = planes(px) if shared is None else shared
     n = p.colours.pixels
@@ -49,7 +49,7 @@ def run_cheap_filters(
         white(px, t, p.colours.white / n),
         black(px, t, p.colours.black / n),
         flat_color(px, t, p.hists),
-        border(px, p.grey, t),
+        border(px, p.lines, t),
         complexity(p.grey, t),
     ]
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_least
-from krea2.curate.histogram import channel_histograms_rgbp, with_phase
+from krea2.curate.planes import planes
 
 
 def channel_histograms(pixels: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 RGB → (3, 256) float64 pixel counts per channel level (shared by the
-    entropy and flat-colour filters; fast on flat images, see ``krea2.curate.histogram``)."""
-    rgba = cv2.cvtColor(np.ascontiguousarray(pixels), cv2.COLOR_RGB2RGBA)
-    return channel_histograms_rgbp(with_phase(rgba))
+    """(h, w, 3) uint8 RGB → (3, 256) int64 pixel counts per channel level (shared by the
+    entropy and flat-colour filters; ``Planes.hists``)."""
+    return planes(pixels).hists
 
 
 def rgb_entropy(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:

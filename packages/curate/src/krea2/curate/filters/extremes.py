@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
+from krea2.curate.colour_table import BLACK_MAX, WHITE_MIN
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_most
+from krea2.curate.pixel_pass import count_within
+
+
+def _share_within(pixels: np.ndarray, lo: int, hi: int) -> float:
+    count = count_within(pixels, np.full(3, lo), np.full(3, hi))
+    return count / (pixels.shape[0] * pixels.shape[1])
 
 
 def white_ratio(pixels: np.ndarray) -> float:
-    """Share of pixels whose three channels are all ≥ 250."""
-    mask = cv2.inRange(pixels, (250, 250, 250), (255, 255, 255))
-    return cv2.countNonZero(mask) / mask.size
+    """Share of pixels whose three channels are all ≥ 250 (the white/black ratios of the
+    analysis come from the colour lookup, ``Planes.colours``; this is the direct count)."""
+    return _share_within(pixels, WHITE_MIN, 255)
 
 
 def black_ratio(pixels: np.ndarray) -> float:
     """Share of pixels whose three channels are all ≤ 5."""
-    mask = cv2.inRange(pixels, (0, 0, 0), (5, 5, 5))
-    return cv2.countNonZero(mask) / mask.size
+    return _share_within(pixels, 0, BLACK_MAX)
 
 
 def white(pixels: np.ndarray, t: StageThresholds, ratio: float | None = None) -> FilterResult:
