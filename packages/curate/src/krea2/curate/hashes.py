@@ -17,7 +17,15 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from krea2.curate.colour_table import BLACK, BRIGHT, FAINT, GREY, HUE_BINS, SAT_170
+from krea2.curate.colour_table import (
+    BLACK,
+    COLOUR_CLASSES,
+    FAINT,
+    GREY,
+    HUE_BINS,
+    HUE_CODES,
+    SAT_170,
+)
 from krea2.curate.planes import Planes, planes
 from krea2.curate.resample import lanczos_resize
 
@@ -110,17 +118,29 @@ def _phash_from_grey(grey: np.ndarray, hash_size: int) -> np.ndarray:
     return dct_median_bits(small, dct_rows(hash_size))
 
 
+@njit(cache=True, nogil=True)
+def _colorhash_values(counts: np.ndarray, binbits: int) -> np.ndarray:
+    """(COLOUR_CLASSES, HUE_CODES) int64 counts → (14,) int64 quantised fractions, with
+    imagehash's arithmetic: ``int(count / n · 2^b)`` for black and grey, and
+    ``int(count · 2^b · 1. / coloured)`` for the 12 hue bins."""
+    per_class = np.zeros(COLOUR_CLASSES, np.int64)
+    for c in range(COLOUR_CLASSES):
+        per_class[c] = counts[c].sum()
+    n = per_class.sum()
+    coloured = max(1, per_class[FAINT:].sum())  # faint, bright and s == 170
+    top = 2**binbits
+    values = np.empty(2 + SAT_170 - FAINT, np.int64)
+    values[0] = min(top - 1, int(per_class[BLACK] / n * top))
+    values[1] = min(top - 1, int(per_class[GREY] / n * top))
+    for k in range(FAINT, SAT_170):
+        values[k] = min(top - 1, int(float(per_class[k] * top) / coloured))
+    return values
+
+
 def _colorhash_from(counts: np.ndarray, binbits: int) -> np.ndarray:
     """colorhash from the pixels' colour counts (``Planes.colours.counts``): (14, binbits)
     bool."""
-    per_class = counts.sum(axis=1)
-    n = int(per_class.sum())
-    coloured = max(1, int(per_class[FAINT:].sum()))  # faint, bright and s == 170
-    top = 2**binbits
-    fractions = [per_class[BLACK] / n, per_class[GREY] / n]
-    fractions += list(per_class[FAINT:BRIGHT] / coloured)
-    fractions += list(per_class[BRIGHT:SAT_170] / coloured)
-    values = np.minimum(top - 1, (np.array(fractions) * top).astype(np.int64))
+    values = _colorhash_values(counts, binbits)
     # imagehash's bit code: bit i of value v is (v // 2^(binbits-i-1)) % 2^(binbits-i) > 0
     i = np.arange(binbits)
     return (values[:, None] // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0
@@ -137,12 +157,22 @@ def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     return _colorhash_from(planes(pixels).colours.counts, binbits)
 
 
+@njit(cache=True, nogil=True)
+def _hue_histogram_values(counts: np.ndarray) -> np.ndarray:
+    """(COLOUR_CLASSES, HUE_CODES) int64 counts → (HUE_BINS + 1,) uint8 (``hue_histogram``)."""
+    hues = np.zeros(HUE_CODES, np.int64)
+    for c in range(counts.shape[0]):
+        hues += counts[c]
+    saturated = hues[:HUE_BINS].sum()
+    out = np.empty(HUE_BINS + 1, np.uint8)
+    for k in range(HUE_BINS):
+        out[k] = np.round(hues[k] / max(saturated, 1) * 255)
+    out[HUE_BINS] = min(255, np.round(saturated / hues.sum() * 255))
+    return out
+
+
 def _hue_histogram_from(counts: np.ndarray) -> bytes:
-    hues = counts.sum(axis=0)
-    saturated = int(hues[:HUE_BINS].sum())
-    share = hues[:HUE_BINS] / max(saturated, 1)
-    hist = np.round(share * 255).astype(np.uint8)
-    return hist.tobytes() + bytes([min(255, round(saturated / int(hues.sum()) * 255))])
+    return _hue_histogram_values(counts).tobytes()
 
 
 def hue_histogram(pixels: np.ndarray) -> bytes:

@@ -61,7 +61,7 @@ def laplacian_tiles(grey: np.ndarray) -> np.ndarray:
 def count_within(px: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> int:
     """Pixels of (h, w, 3) uint8 ``px`` with lo[c] ≤ px[..., c] ≤ hi[c] on every channel
     (``cv2.inRange``); ``lo``, ``hi``: 3 levels each, lo ≤ hi."""
-    return int(_count_within(frozen(px), frozen(lo), frozen(hi)))
+    return int(count_pixels_within(frozen(px), frozen(lo), frozen(hi)))
 
 
 @njit(cache=True, nogil=True)
@@ -157,6 +157,38 @@ def _colour_counts(flat: np.ndarray, table: np.ndarray):
 
 
 @njit(cache=True, nogil=True)
+def _reflect101(i: int, n: int) -> int:
+    """OpenCV's default border (``BORDER_REFLECT_101``): -1 → 1, n → n - 2."""
+    if n == 1:
+        return 0
+    if i < 0:
+        return -i
+    if i >= n:
+        return 2 * n - 2 - i
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _laplacian_row(grey: np.ndarray, y: int, out: np.ndarray) -> None:
+    """Row y of the 3×3 Laplacian of (h, w) uint8 ``grey`` into (w,) int32 ``out``."""
+    h, w = grey.shape
+    up, mid, down = grey[_reflect101(y - 1, h)], grey[y], grey[_reflect101(y + 1, h)]
+    for x in range(1, w - 1):  # the interior: no border cases, so it vectorises
+        out[x] = (
+            np.int32(up[x])
+            + np.int32(down[x])
+            + np.int32(mid[x - 1])
+            + np.int32(mid[x + 1])
+            - 4 * np.int32(mid[x])
+        )
+    for x in (0, w - 1):
+        left, right = mid[_reflect101(x - 1, w)], mid[_reflect101(x + 1, w)]
+        out[x] = (
+            np.int32(up[x]) + np.int32(down[x]) + np.int32(left) + np.int32(right)
+        ) - 4 * np.int32(mid[x])
+
+
+@njit(cache=True, nogil=True)
 def _laplacian_tiles(grey: np.ndarray) -> np.ndarray:
     """(h, w) uint8 → (TILES, TILES) float64 variance of the 3×3 Laplacian
     (``cv2.Laplacian(grey, ksize=1)``: up + down + left + right − 4·centre, with OpenCV's
@@ -165,27 +197,14 @@ def _laplacian_tiles(grey: np.ndarray) -> np.ndarray:
     px: a (1, 1) array with the variance over the whole image."""
     h, w = grey.shape
     th, tw = h // TILES, w // TILES
-    whole = th < 2 or tw < 2
-    if whole:
+    n_tiles = TILES
+    if th < 2 or tw < 2:
         n_tiles, th, tw = 1, h, w
-    else:
-        n_tiles = TILES
-    # Reflected one-pixel frame, so the inner loop has no border cases.
-    pad = np.empty((h + 2, w + 2), np.int32)
-    for y in range(h):
-        for x in range(w):
-            pad[y + 1, x + 1] = grey[y, x]
-        pad[y + 1, 0] = grey[y, 1 if w > 1 else 0]
-        pad[y + 1, w + 1] = grey[y, w - 2 if w > 1 else 0]
-    pad[0] = pad[2 if h > 1 else 1]
-    pad[h + 1] = pad[h - 1 if h > 1 else 1]
     sums = np.zeros((n_tiles, n_tiles), np.int64)
     squares = np.zeros((n_tiles, n_tiles), np.int64)
     lap = np.empty(w, np.int32)
     for y in range(th * n_tiles):
-        up, mid, down = pad[y], pad[y + 1], pad[y + 2]
-        for x in range(w):
-            lap[x] = up[x + 1] + down[x + 1] + mid[x] + mid[x + 2] - 4 * mid[x + 1]
+        _laplacian_row(grey, y, lap)
         ty = y // th
         for tx in range(n_tiles):
             s = 0
@@ -201,8 +220,9 @@ def _laplacian_tiles(grey: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _count_within(px: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> int:
-    """``count_within`` on C-contiguous ``px`` and (3,) uint8 ``lo``, ``hi``."""
+def count_pixels_within(px: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> int:
+    """``count_within``, compiled, for other kernels: C-contiguous ``px``, (3,) uint8 ``lo``,
+    ``hi``."""
     flat = px.reshape(-1)
     # v in [lo, hi] ⇔ (v − lo) mod 256 ≤ hi − lo: one unsigned compare, no branches.
     l0, l1, l2 = lo[0], lo[1], lo[2]

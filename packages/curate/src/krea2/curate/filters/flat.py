@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_most
 from krea2.curate.filters.entropy import channel_histograms
-from krea2.curate.pixel_pass import channel_medians, count_within, frozen
+from krea2.curate.pixel_pass import channel_medians, count_pixels_within, frozen
 
 TOLERANCE = 8  # grey levels per channel around the dominant colour (absorbs JPEG noise)
+
+
+@njit(cache=True, nogil=True)
+def _flat_count(px: np.ndarray, hists: np.ndarray) -> int:
+    """Pixels of C-contiguous (h, w, 3) uint8 ``px`` within ±TOLERANCE of the per-channel
+    median of (3, 256) int64 ``hists`` (numpy's median: a half level between the two middle
+    values of an even count)."""
+    centre = channel_medians(hists)
+    lo = np.empty(3, np.uint8)
+    hi = np.empty(3, np.uint8)
+    for c in range(3):  # the integer levels within ±TOLERANCE of the centre
+        lo[c] = min(max(np.ceil(centre[c] - TOLERANCE), 0), 255)
+        hi[c] = min(max(np.floor(centre[c] + TOLERANCE), 0), 255)
+    return count_pixels_within(px, lo, hi)
 
 
 def flat_ratio(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:
     """Share of pixels within ±TOLERANCE of the per-channel median colour. ``hists``: the
     pixels' ``channel_histograms`` if already computed."""
     hists = channel_histograms(pixels) if hists is None else hists
-    centre = channel_medians(frozen(hists, np.int64))
-    # Integer levels within ±TOLERANCE of a centre that may be a half level.
-    lo = np.clip(np.ceil(centre - TOLERANCE), 0, 255)
-    hi = np.clip(np.floor(centre + TOLERANCE), 0, 255)
-    return count_within(pixels, lo, hi) / (pixels.shape[0] * pixels.shape[1])
+    count = _flat_count(frozen(pixels), frozen(hists, np.int64))
+    return count / (pixels.shape[0] * pixels.shape[1])
 
 
 def flat_color(
