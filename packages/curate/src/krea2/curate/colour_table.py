@@ -20,6 +20,7 @@ from functools import cache
 
 import cv2
 import numpy as np
+from numba import njit
 from PIL import Image
 
 # colorhash classes: 0 black (luma < 32), 1 grey (s < 85), 2-7 faint colour (85 ≤ s < 170)
@@ -85,6 +86,8 @@ def _tables() -> tuple[np.ndarray, np.ndarray]:
     index[present] = np.arange(len(present))
     table = index[codes]
     table.setflags(write=False)
+    present = present.astype(np.int64)
+    present.setflags(write=False)
     return table, present
 
 
@@ -106,12 +109,24 @@ class ColourStats:
     pixels: int
 
 
-def colour_stats(per_index: np.ndarray) -> ColourStats:
-    """(256,) int pixel counts per ``index_table`` value → the image's ``ColourStats``."""
-    _, present = _tables()
-    per_code = np.zeros(COLOUR_CLASSES * HUE_CODES * EXTREMES, np.int64)
-    per_code[present] = per_index[: len(present)]
-    per_code = per_code.reshape(COLOUR_CLASSES * HUE_CODES, EXTREMES)
-    white, black = per_code[:, WHITE].sum(), per_code[:, BLACK_PIXEL].sum()
-    counts = per_code.sum(axis=1).reshape(COLOUR_CLASSES, HUE_CODES)
-    return ColourStats(counts, int(white), int(black), int(per_index.sum()))
+def present_codes() -> np.ndarray:
+    """(k,) int64 read-only: the code behind each ``index_table`` value."""
+    return _tables()[1]
+
+
+@njit(cache=True, nogil=True)
+def code_counts(per_index: np.ndarray, present: np.ndarray):
+    """(256,) int64 pixel counts per ``index_table`` value and ``present_codes()`` →
+    ``counts`` (COLOUR_CLASSES, HUE_CODES) int64, ``white`` and ``black`` pixel counts."""
+    counts = np.zeros(COLOUR_CLASSES * HUE_CODES, np.int64)
+    white = 0
+    black = 0
+    for k in range(present.size):
+        n = per_index[k]
+        counts[present[k] // EXTREMES] += n
+        extreme = present[k] % EXTREMES
+        if extreme == WHITE:
+            white += n
+        elif extreme == BLACK_PIXEL:
+            black += n
+    return counts.reshape(COLOUR_CLASSES, HUE_CODES), white, black

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from krea2.curate.config import DecodeLimits
+from krea2.curate.pixel_pass import frozen
 
 # Formats we accept; anything else is "unsupported_format" (Pillow would otherwise try
 # dozens of exotic plugins on arbitrary bytes).
@@ -49,8 +50,9 @@ class DecodeError(Exception):
 class DecodedImage:
     """The one decode of an image.
 
-    ``pixels``: (h, w, 3) uint8 RGB, EXIF orientation applied, alpha composited on white,
-    longest side at most ``analysis_size`` (never upscaled). ``width``/``height``: the
+    ``pixels``: (h, w, 3) uint8 RGB, C-contiguous and read-only (shared by every filter and
+    hash), EXIF orientation applied, alpha composited on white, longest side at most
+    ``analysis_size`` (never upscaled). ``width``/``height``: the
     original (oriented) size in pixels, from the header.
     """
 
@@ -181,7 +183,7 @@ def _decode(data: bytes, limits: DecodeLimits) -> DecodedImage:
     if (tw, th) != (rgb.shape[1], rgb.shape[0]):
         rgb = cv2.resize(rgb, (tw, th), interpolation=cv2.INTER_AREA)
     return DecodedImage(
-        pixels=np.ascontiguousarray(rgb),
+        pixels=frozen(rgb),
         width=w,
         height=h,
         format=fmt,

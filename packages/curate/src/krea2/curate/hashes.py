@@ -26,8 +26,9 @@ from krea2.curate.colour_table import (
     HUE_CODES,
     SAT_170,
 )
+from krea2.curate.pixel_pass import frozen
 from krea2.curate.planes import Planes, planes
-from krea2.curate.resample import lanczos_resize
+from krea2.curate.resample import lanczos_resize, lanczos_t, plan
 
 PHASH_HIGHFREQ_FACTOR = 4
 
@@ -69,7 +70,9 @@ def dct_rows(hash_size: int) -> np.ndarray:
     ``2 cos(π k (2n + 1) / 2N)``, the only ones phash keeps."""
     n = hash_size * PHASH_HIGHFREQ_FACTOR
     k = np.arange(hash_size)[:, None]
-    return 2 * np.cos(np.pi * k * (2 * np.arange(n)[None, :] + 1) / (2 * n))
+    rows = 2 * np.cos(np.pi * k * (2 * np.arange(n)[None, :] + 1) / (2 * n))
+    rows.setflags(write=False)  # cached and shared
+    return rows
 
 
 # |rounding error| of a coefficient ≤ ~N·eps·max|row|²·Σ pixels; 1e-13 is ~100× that at N = 48.
@@ -100,6 +103,23 @@ def dct_median_bits(small: np.ndarray, rows: np.ndarray) -> np.ndarray:
                 acc += half[i, x] * rows[j, x]
             coeffs[i, j] = acc if abs(acc) > tolerance else 0.0
     return coeffs > np.median(coeffs)
+
+
+@njit(cache=True, nogil=True)
+def _phash_packed(xt, h_weights, h_lo, h_hi, v_weights, v_lo, v_hi, vertical_first, rows):
+    """Resize (``resample.lanczos_t`` of the transposed luma ``xt``), DCT, median, packed
+    bits: one compiled call per hash."""
+    small = lanczos_t(xt, h_weights, h_lo, h_hi, v_weights, v_lo, v_hi, vertical_first)
+    return _packed(dct_median_bits(small, rows))
+
+
+def phash_bytes(luma: np.ndarray, hash_size: int) -> bytes:
+    """(h, w) uint8 luma → the packed phash (``pack_bits(_phash_from_grey(...))``, one
+    compiled call; free of copies when ``luma`` is ``Planes.luma``)."""
+    h, w = luma.shape
+    side = hash_size * PHASH_HIGHFREQ_FACTOR
+    xt = frozen(luma.T)
+    return _phash_packed(xt, *plan(h, w, side, side), dct_rows(hash_size)).tobytes()
 
 
 def _phash_from_grey(grey: np.ndarray, hash_size: int) -> np.ndarray:
@@ -137,13 +157,38 @@ def _colorhash_values(counts: np.ndarray, binbits: int) -> np.ndarray:
     return values
 
 
-def _colorhash_from(counts: np.ndarray, binbits: int) -> np.ndarray:
+@njit(cache=True, nogil=True)
+def _colorhash_bits(counts: np.ndarray, binbits: int) -> np.ndarray:
     """colorhash from the pixels' colour counts (``Planes.colours.counts``): (14, binbits)
     bool."""
     values = _colorhash_values(counts, binbits)
-    # imagehash's bit code: bit i of value v is (v // 2^(binbits-i-1)) % 2^(binbits-i) > 0
-    i = np.arange(binbits)
-    return (values[:, None] // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0
+    bits = np.zeros((values.size, binbits), np.bool_)
+    for k in range(values.size):
+        for i in range(binbits):
+            # imagehash's bit code: bit i of v is (v // 2^(binbits-i-1)) % 2^(binbits-i) > 0
+            bits[k, i] = (values[k] // 2 ** (binbits - i - 1)) % 2 ** (binbits - i) > 0
+    return bits
+
+
+@njit(cache=True, nogil=True)
+def _packed(bits: np.ndarray) -> np.ndarray:
+    """``pack_bits`` compiled: bools in row-major order → uint8, most significant bit first."""
+    flat = bits.ravel()
+    out = np.zeros((flat.size + 7) // 8, np.uint8)
+    for i in range(flat.size):
+        if flat[i]:
+            out[i >> 3] |= np.uint8(1 << (7 - (i & 7)))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _colour_hash_bytes(counts: np.ndarray):
+    """(colorhash with binbits 3, packed to 6 bytes; hue histogram, 19 bytes)."""
+    return _packed(_colorhash_bits(counts, 3)), _hue_histogram_values(counts)
+
+
+def _colorhash_from(counts: np.ndarray, binbits: int) -> np.ndarray:
+    return _colorhash_bits(frozen(counts, np.int64), binbits)
 
 
 def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
@@ -205,10 +250,10 @@ def image_hashes(pixels: np.ndarray, shared: Planes | None = None) -> dict[str, 
     colorhash and the hue histogram, both from ``shared`` (the pixels' ``planes``, computed
     here when not given)."""
     p = planes(pixels) if shared is None else shared
-    grey, counts = p.luma, p.colours.counts
+    colorhash, huehist = _colour_hash_bytes(frozen(p.colours.counts, np.int64))
     return {
-        "phash8": pack_bits(_phash_from_grey(grey, 8)),
-        "phash12": pack_bits(_phash_from_grey(grey, 12)),
-        "colorhash": pack_bits(_colorhash_from(counts, 3)),
-        "huehist": _hue_histogram_from(counts),
+        "phash8": phash_bytes(p.luma, 8),
+        "phash12": phash_bytes(p.luma, 12),
+        "colorhash": colorhash.tobytes(),
+        "huehist": huehist.tobytes(),
     }

@@ -66,7 +66,10 @@ def _windows(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.nd
     nonzero = w != 0
     lo = np.where(nonzero.any(axis=1), nonzero.argmax(axis=1), 0)
     hi = np.where(nonzero.any(axis=1), in_size - nonzero[:, ::-1].argmax(axis=1), 0)
-    return w.astype(np.int32), lo.astype(np.int64), hi.astype(np.int64)
+    out = w.astype(np.int32), lo.astype(np.int64), hi.astype(np.int64)
+    for a in out:  # cached and shared: read-only (also the one type the kernels take)
+        a.setflags(write=False)
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -88,35 +91,46 @@ def _rows_pass(src: np.ndarray, weights: np.ndarray, lo: np.ndarray, hi: np.ndar
     return out
 
 
-def _resize_rows(x: np.ndarray, out_n: int) -> np.ndarray:
-    """Resample axis 0 of (n, m) uint8 to ``out_n`` (C-contiguous input, else copied)."""
-    return _rows_pass(np.ascontiguousarray(x), *_windows(x.shape[0], out_n))
-
-
 def vertical_first(h: int, w: int, out_h: int, out_w: int) -> bool:
     """Pillow 13's pass order: vertical first when it removes more than twice as many rows
     as the horizontal pass removes columns (an enlargement removes none)."""
     return h - out_h > max(0, 2 * (w - out_w))
 
 
+@lru_cache(maxsize=64)
+def plan(h: int, w: int, out_h: int, out_w: int) -> tuple:
+    """Everything ``lanczos_t`` needs for an (h, w) → (out_h, out_w) resize besides the
+    pixels: the horizontal and vertical ``_windows`` and Pillow's pass order."""
+    return (*_windows(w, out_w), *_windows(h, out_h), vertical_first(h, w, out_h, out_w))
+
+
+@njit(cache=True, nogil=True)
+def lanczos_t(xt, h_weights, h_lo, h_hi, v_weights, v_lo, v_hi, vertical_first):
+    """The resize of an image given as its transpose ``xt`` (w, h) uint8 C-contiguous, with
+    the ``plan`` arguments → (out_h, out_w) uint8 C-contiguous. A pass whose size does not
+    change is skipped, as Pillow skips it."""
+    w, h = xt.shape
+    out_w, out_h = h_weights.shape[0], v_weights.shape[0]
+    if vertical_first:
+        x = _rows_pass(np.ascontiguousarray(xt.T), v_weights, v_lo, v_hi)
+        if out_w == w:
+            return x
+        return np.ascontiguousarray(_rows_pass(np.ascontiguousarray(x.T), h_weights, h_lo, h_hi).T)
+    xt_out = _rows_pass(xt, h_weights, h_lo, h_hi) if out_w != w else xt.copy()
+    if out_h == h:
+        return np.ascontiguousarray(xt_out.T)
+    return _rows_pass(np.ascontiguousarray(xt_out.T), v_weights, v_lo, v_hi)
+
+
 def lanczos_resize(grey: np.ndarray, out_w: int, out_h: int) -> np.ndarray:
     """(h, w) uint8 grey → (out_h, out_w) uint8 C-contiguous, equal to Pillow's
-    ``Image.fromarray(grey).resize((out_w, out_h), Image.Resampling.LANCZOS)``. A pass
-    whose size does not change is skipped, as Pillow skips it.
+    ``Image.fromarray(grey).resize((out_w, out_h), Image.Resampling.LANCZOS)``.
 
-    Each pass runs along axis 0 of its input; the horizontal pass therefore reads the
-    transpose, which costs nothing when ``grey`` is itself a transposed view of a
-    C-contiguous array (``Planes.luma``) and a copy otherwise.
+    Each pass runs along axis 0 of its input, so the kernel takes the transpose; that costs
+    nothing when ``grey`` is itself a transposed view of a C-contiguous array
+    (``Planes.luma``), and one copy otherwise.
     """
-    x = np.asarray(grey, dtype=np.uint8)
-    h, w = x.shape
-    if vertical_first(h, w, out_h, out_w):
-        x = _resize_rows(x, out_h)
-        if out_w != w:
-            x = _resize_rows(x.T, out_w).T
-    else:
-        if out_w != w:
-            x = _resize_rows(x.T, out_w).T
-        if out_h != h:
-            x = _resize_rows(x, out_h)
-    return np.ascontiguousarray(x)
+    h, w = grey.shape
+    xt = np.ascontiguousarray(np.asarray(grey, dtype=np.uint8).T).view()
+    xt.flags.writeable = False
+    return lanczos_t(xt, *plan(h, w, out_h, out_w))

@@ -44,7 +44,7 @@ def run_cheap_filters(
         resolution(image, t),
         aspect_ratio(image, t),
         animation(image, t),
-        laplacian(p.grey, t),
+        laplacian(p.laplacian_var, t),
         entropy(px, t, p.hists),
         white(px, t, p.colours.white / n),
         black(px, t, p.colours.black / n),

@@ -81,15 +81,19 @@ def border_fraction(pixels: np.ndarray, lines: LineStats | None = None) -> float
     ``pixels`` (h, w, 3) uint8 RGB; ``lines`` their grey row/column statistics
     (``Planes.lines``) if already computed."""
     s = planes(pixels).lines if lines is None else lines
-    h, w = pixels.shape[:2]
-    px = frozen(pixels)
-    rows = frozen(s.row_mean, np.float64), frozen(s.row_std, np.float64)
-    cols = frozen(s.col_mean, np.float64), frozen(s.col_std, np.float64)
+    stats = (frozen(v, np.float64) for v in (s.row_mean, s.row_std, s.col_mean, s.col_std))
+    return float(_widest_band(frozen(pixels), *stats))
+
+
+@njit(cache=True, nogil=True)
+def _widest_band(px, row_mean, row_std, col_mean, col_std) -> float:
+    """The widest of the four edges' bands (``_band_width``) as a share of its dimension."""
+    h, w = px.shape[0], px.shape[1]
     return max(
-        _band_width(px, *rows, TOP) / h,
-        _band_width(px, *rows, BOTTOM) / h,
-        _band_width(px, *cols, LEFT) / w,
-        _band_width(px, *cols, RIGHT) / w,
+        max(_band_width(px, row_mean, row_std, TOP), _band_width(px, row_mean, row_std, BOTTOM))
+        / h,
+        max(_band_width(px, col_mean, col_std, LEFT), _band_width(px, col_mean, col_std, RIGHT))
+        / w,
     )
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_least
+from krea2.curate.pixel_pass import frozen
 from krea2.curate.planes import planes
 
 
@@ -19,8 +21,20 @@ def rgb_entropy(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:
     """Mean over R, G, B of the Shannon entropy of the 256-bin histogram, in bits (0..8).
     ``hists``: the pixels' ``channel_histograms`` if already computed."""
     hists = channel_histograms(pixels) if hists is None else hists
-    p = hists[hists > 0] / (pixels.shape[0] * pixels.shape[1])
-    return float(-(p * np.log2(p)).sum()) / 3
+    return float(_entropy_bits(frozen(hists, np.int64)))
+
+
+@njit(cache=True, nogil=True)
+def _entropy_bits(hists: np.ndarray) -> float:
+    """(3, 256) int64 counts → mean per-channel Shannon entropy, bits."""
+    n = hists[0].sum()
+    total = 0.0
+    for c in range(3):
+        for level in range(256):
+            if hists[c, level] > 0:
+                p = hists[c, level] / n
+                total -= p * np.log2(p)
+    return total / 3
 
 
 def entropy(

@@ -19,7 +19,8 @@ def laplacian_variance(grey: np.ndarray) -> float:
     return float(np.median(laplacian_tiles(grey)))
 
 
-def laplacian(grey: np.ndarray, t: StageThresholds) -> FilterResult:
-    """Fail above ``max_laplacian_var``. Low variance (blur) is kept on purpose: softness
-    can be deliberate, and the report never filters on it."""
-    return at_most("laplacian", laplacian_variance(grey), t.max_laplacian_var, "laplacian var")
+def laplacian(score: float, t: StageThresholds) -> FilterResult:
+    """Fail when ``score`` (``laplacian_variance``; ``Planes.laplacian_var``) is above
+    ``max_laplacian_var``. Low variance (blur) is kept on purpose: softness can be
+    deliberate, and the report never filters on it."""
+    return at_most("laplacian", score, t.max_laplacian_var, "laplacian var")
