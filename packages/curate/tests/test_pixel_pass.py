@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from krea2.curate.decode import decode
-from krea2.curate.pixel_pass import TILES, laplacian_tiles
+from krea2.curate.pixel_pass import TILES, channel_medians, laplacian_tiles
 
 
 def _opencv_tiles(grey: np.ndarray) -> np.ndarray:
@@ -34,3 +34,12 @@ def test_tiles_equal_opencv_on_real_photos(real_photos):
 def test_tiles_equal_opencv_at_every_size_and_border(shape):
     grey = np.random.default_rng(sum(shape)).integers(0, 256, shape, dtype=np.uint8)
     np.testing.assert_allclose(laplacian_tiles(grey), _opencv_tiles(grey), rtol=1e-9, atol=1e-9)
+
+
+def test_channel_medians_equal_numpy_median():
+    rng = np.random.default_rng(2)
+    for shape in [(1, 1, 3), (1, 2, 3), (5, 7, 3), (64, 33, 3)]:
+        px = rng.integers(0, 256, shape, dtype=np.uint8)
+        hists = np.stack([np.bincount(px[..., c].ravel(), minlength=256) for c in range(3)])
+        expected = np.median(px.reshape(-1, 3), axis=0)
+        assert (channel_medians(hists.astype(np.int64)) == expected).all(), shape

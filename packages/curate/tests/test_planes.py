@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+import pytest
 from PIL import Image
 from threadpoolctl import threadpool_limits
 
@@ -96,3 +97,22 @@ def test_single_threaded_sets_opencv_and_blas():
     finally:  # the rest of this pytest process keeps its settings
         cv2.setNumThreads(before["opencv"])
         threadpool_limits(limits=before["blas"], user_api="blas")
+
+
+def test_planes_scores_equal_direct_numpy_and_opencv(real_photos):
+    for name, px in _images(real_photos).items():
+        p = planes(px)
+        n = px.shape[0] * px.shape[1]
+        entropy = 0.0
+        for c in range(3):
+            q = np.bincount(px[..., c].ravel(), minlength=256) / n
+            entropy -= (q[q > 0] * np.log2(q[q > 0])).sum() / 3
+        assert p.entropy == pytest.approx(entropy, abs=1e-12), name
+        centre = np.median(px.reshape(-1, 3), axis=0)
+        mask = (np.abs(px.astype(np.float64) - centre) <= 8).all(axis=2)
+        assert p.flat_ratio == mask.mean(), name
+        lap = cv2.Laplacian(cv2.cvtColor(px, cv2.COLOR_RGB2GRAY), cv2.CV_64F)
+        h, w = lap.shape
+        if h >= 16 and w >= 16:
+            tiles = lap[: h // 8 * 8, : w // 8 * 8].reshape(8, h // 8, 8, w // 8)
+            assert p.laplacian_var == pytest.approx(np.median(tiles.var(axis=(1, 3))), rel=1e-9)

@@ -182,7 +182,7 @@ def _packed(bits: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _colour_hash_bytes(counts: np.ndarray):
+def colour_hash_bytes(counts: np.ndarray):
     """(colorhash with binbits 3, packed to 6 bytes; hue histogram, 19 bytes)."""
     return _packed(_colorhash_bits(counts, 3)), _hue_histogram_values(counts)
 
@@ -250,7 +250,7 @@ def image_hashes(pixels: np.ndarray, shared: Planes | None = None) -> dict[str, 
     colorhash and the hue histogram, both from ``shared`` (the pixels' ``planes``, computed
     here when not given)."""
     p = planes(pixels) if shared is None else shared
-    colorhash, huehist = _colour_hash_bytes(frozen(p.colours.counts, np.int64))
+    colorhash, huehist = colour_hash_bytes(frozen(p.colours.counts, np.int64))
     return {
         "phash8": phash_bytes(p.luma, 8),
         "phash12": phash_bytes(p.luma, 12),

@@ -32,8 +32,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from krea2.curate.colour_table import code_counts
-
 # Counters per histogram: 256 bins + 16 of padding. At a stride of 256 int64 (2 KiB) the
 # same level of R and B sits 4 KiB apart, and the CPU then takes a store to one for a store
 # to the other (4K aliasing) and stalls the next load (measured ~1.5× slower).
@@ -49,51 +47,6 @@ def frozen(a: np.ndarray, dtype: type = np.uint8) -> np.ndarray:
     return view
 
 
-def first_pass(px: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, ...]:
-    """One read of (h, w, 3) uint8 RGB ``px``; see ``_first_pass``."""
-    return _first_pass(frozen(px), frozen(table))
-
-
-def shared_measurements(px: np.ndarray, table: np.ndarray, present: np.ndarray) -> tuple:
-    """Everything ``planes.Planes`` holds, from one compiled call; see ``_shared``."""
-    return _shared(frozen(px), table, present)
-
-
-@njit(cache=True, nogil=True)
-def _mean_std(sums: np.ndarray, n: int):
-    """(2, m) int64 sums of x and x² over n values each → (m,) means and (m,) stds."""
-    mean = sums[0] / n
-    return mean, np.sqrt(np.maximum(sums[1] / n - mean * mean, 0.0))
-
-
-@njit(cache=True, nogil=True)
-def _shared(px: np.ndarray, table: np.ndarray, present: np.ndarray):
-    """``_first_pass`` and what follows from its sums, in one call: (grey, luma_t,
-    channels, colour counts, white, black, row mean, row std, column mean, column std,
-    median Laplacian tile variance). One call, because after a decode has run every
-    separate numpy call finds its code and data evicted (measured: 20-75 µs for a
-    ``np.median`` of 64 values right after a decode, against 2 µs for a compiled call)."""
-    h, w = px.shape[0], px.shape[1]
-    grey, luma_t, channels, index, rows, cols, lap = _first_pass(px, table)
-    counts, white, black = code_counts(index, present)
-    row_mean, row_std = _mean_std(rows, w)
-    col_mean, col_std = _mean_std(cols, h)
-    lap_var = np.median(lap)
-    return (
-        grey,
-        luma_t,
-        channels,
-        counts,
-        white,
-        black,
-        row_mean,
-        row_std,
-        col_mean,
-        col_std,
-        lap_var,
-    )
-
-
 def laplacian_tiles(grey: np.ndarray) -> np.ndarray:
     """(h, w) uint8 → (TILES, TILES) float64 Laplacian variance per tile; see
     ``_laplacian_tiles``."""
@@ -104,6 +57,13 @@ def count_within(px: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> int:
     """Pixels of (h, w, 3) uint8 ``px`` with lo[c] ≤ px[..., c] ≤ hi[c] on every channel
     (``cv2.inRange``); ``lo``, ``hi``: 3 levels each, lo ≤ hi."""
     return int(count_pixels_within(frozen(px), frozen(lo), frozen(hi)))
+
+
+@njit(cache=True, nogil=True)
+def mean_std(sums: np.ndarray, n: int):
+    """(2, m) int64 sums of x and x² over n values each → (m,) means and (m,) stds."""
+    mean = sums[0] / n
+    return mean, np.sqrt(np.maximum(sums[1] / n - mean * mean, 0.0))
 
 
 @njit(cache=True, nogil=True)
@@ -125,7 +85,7 @@ def channel_medians(hists: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _first_pass(px: np.ndarray, table: np.ndarray):
+def read_pixels(px: np.ndarray, table: np.ndarray):
     """One read of (h, w, 3) uint8 RGB ``px`` (C-contiguous).
 
     ``table``: (2^24,) uint8 colour-table index of ``r | g << 8 | b << 16``.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from krea2.curate.config import StageThresholds
 from krea2.curate.decode import DecodedImage
 from krea2.curate.filters.animation import animation
@@ -14,7 +16,9 @@ from krea2.curate.filters.extremes import black, white
 from krea2.curate.filters.flat import flat_color
 from krea2.curate.filters.laplacian import laplacian
 from krea2.curate.filters.resolution import resolution
-from krea2.curate.planes import Planes, planes
+
+if TYPE_CHECKING:
+    from krea2.curate.planes import Planes
 
 # In report order; `broken` (a failed decode) comes before all of these.
 CHEAP_FILTERS = (
@@ -37,6 +41,8 @@ def run_cheap_filters(
     """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey, the channel
     histograms, the white/black counts and the line statistics come from ``shared`` (the
     image's ``planes``, computed here when not given)."""
+    from krea2.curate.planes import planes  # planes compiles the filters' kernels in
+
     px = image.pixels
     p = planes(px) if shared is None else shared
     n = p.colours.pixels
@@ -45,11 +51,11 @@ def run_cheap_filters(
         aspect_ratio(image, t),
         animation(image, t),
         laplacian(p.laplacian_var, t),
-        entropy(px, t, p.hists),
+        entropy(p.entropy, t),
         white(px, t, p.colours.white / n),
         black(px, t, p.colours.black / n),
-        flat_color(px, t, p.hists),
-        border(px, p.lines, t),
+        flat_color(p.flat_ratio, t),
+        border(p.border_fraction, t),
         complexity(p.grey, t),
     ]
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_most
 from krea2.curate.pixel_pass import frozen
-from krea2.curate.planes import LineStats, planes
+
+if TYPE_CHECKING:
+    from krea2.curate.planes import LineStats
 
 UNIFORM = 6.0  # max per-channel std of a band, grey levels
 STEP = 24.0  # min colour difference between the band and the line after it
@@ -80,13 +84,17 @@ def border_fraction(pixels: np.ndarray, lines: LineStats | None = None) -> float
     """Widest hard-edged uniform band over the four edges, as a share of that dimension.
     ``pixels`` (h, w, 3) uint8 RGB; ``lines`` their grey row/column statistics
     (``Planes.lines``) if already computed."""
-    s = planes(pixels).lines if lines is None else lines
+    if lines is None:
+        from krea2.curate.planes import planes  # planes compiles this module's kernel in
+
+        lines = planes(pixels).lines
+    s = lines
     stats = (frozen(v, np.float64) for v in (s.row_mean, s.row_std, s.col_mean, s.col_std))
-    return float(_widest_band(frozen(pixels), *stats))
+    return float(widest_band(frozen(pixels), *stats))
 
 
 @njit(cache=True, nogil=True)
-def _widest_band(px, row_mean, row_std, col_mean, col_std) -> float:
+def widest_band(px, row_mean, row_std, col_mean, col_std) -> float:
     """The widest of the four edges' bands (``_band_width``) as a share of its dimension."""
     h, w = px.shape[0], px.shape[1]
     return max(
@@ -97,6 +105,7 @@ def _widest_band(px, row_mean, row_std, col_mean, col_std) -> float:
     )
 
 
-def border(pixels: np.ndarray, lines: LineStats, t: StageThresholds) -> FilterResult:
-    score = border_fraction(pixels, lines)
+def border(score: float, t: StageThresholds) -> FilterResult:
+    """Fail when ``score`` (``border_fraction``; ``Planes.border_fraction``) is above
+    ``max_border_fraction``."""
     return at_most("border", score, t.max_border_fraction, "border band share")

@@ -8,12 +8,13 @@ from numba import njit
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_least
 from krea2.curate.pixel_pass import frozen
-from krea2.curate.planes import planes
 
 
 def channel_histograms(pixels: np.ndarray) -> np.ndarray:
     """(h, w, 3) uint8 RGB → (3, 256) int64 pixel counts per channel level (shared by the
     entropy and flat-colour filters; ``Planes.hists``)."""
+    from krea2.curate.planes import planes  # planes compiles this module's kernel in
+
     return planes(pixels).hists
 
 
@@ -21,11 +22,11 @@ def rgb_entropy(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:
     """Mean over R, G, B of the Shannon entropy of the 256-bin histogram, in bits (0..8).
     ``hists``: the pixels' ``channel_histograms`` if already computed."""
     hists = channel_histograms(pixels) if hists is None else hists
-    return float(_entropy_bits(frozen(hists, np.int64)))
+    return float(entropy_bits(frozen(hists, np.int64)))
 
 
 @njit(cache=True, nogil=True)
-def _entropy_bits(hists: np.ndarray) -> float:
+def entropy_bits(hists: np.ndarray) -> float:
     """(3, 256) int64 counts → mean per-channel Shannon entropy, bits."""
     n = hists[0].sum()
     total = 0.0
@@ -37,9 +38,7 @@ def _entropy_bits(hists: np.ndarray) -> float:
     return total / 3
 
 
-def entropy(
-    pixels: np.ndarray, t: StageThresholds, hists: np.ndarray | None = None
-) -> FilterResult:
-    """Fail below ``min_entropy`` bits."""
-    score = rgb_entropy(pixels, hists)
+def entropy(score: float, t: StageThresholds) -> FilterResult:
+    """Fail when ``score`` (``rgb_entropy``; ``Planes.entropy``) is below ``min_entropy``
+    bits."""
     return at_least("entropy", score, t.min_entropy, "RGB entropy bits")

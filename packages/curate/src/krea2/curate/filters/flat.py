@@ -14,7 +14,7 @@ TOLERANCE = 8  # grey levels per channel around the dominant colour (absorbs JPE
 
 
 @njit(cache=True, nogil=True)
-def _flat_count(px: np.ndarray, hists: np.ndarray) -> int:
+def flat_count(px: np.ndarray, hists: np.ndarray) -> int:
     """Pixels of C-contiguous (h, w, 3) uint8 ``px`` within ±TOLERANCE of the per-channel
     median of (3, 256) int64 ``hists`` (numpy's median: a half level between the two middle
     values of an even count)."""
@@ -31,12 +31,11 @@ def flat_ratio(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:
     """Share of pixels within ±TOLERANCE of the per-channel median colour. ``hists``: the
     pixels' ``channel_histograms`` if already computed."""
     hists = channel_histograms(pixels) if hists is None else hists
-    count = _flat_count(frozen(pixels), frozen(hists, np.int64))
+    count = flat_count(frozen(pixels), frozen(hists, np.int64))
     return count / (pixels.shape[0] * pixels.shape[1])
 
 
-def flat_color(
-    pixels: np.ndarray, t: StageThresholds, hists: np.ndarray | None = None
-) -> FilterResult:
-    score = flat_ratio(pixels, hists)
+def flat_color(score: float, t: StageThresholds) -> FilterResult:
+    """Fail when ``score`` (``flat_ratio``; ``Planes.flat_ratio``) is above
+    ``max_flat_ratio``."""
     return at_most("flat_color", score, t.max_flat_ratio, "dominant-colour share")
