@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field, replace
+from functools import cache
+
+import numpy as np
+from PIL import Image
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import DecodeError, DecodeLimits, decode
@@ -82,3 +87,15 @@ def analyze_bytes(data: bytes, cfg: CurateConfig | None = None) -> ImageAnalysis
     failed = next((f for f in out.filters if not f.passed), None)
     out.reason = failed.reason if failed else None
     return out
+
+
+@cache
+def warm_up() -> None:
+    """Load (or, on a machine's first run, compile: ~10-20 s) the compiled kernels and build
+    the colour table, once per process, by analysing a small generated image; worker
+    processes call it before they take work, so that no image's time bound pays for it."""
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    analyze_bytes(buffer.getvalue())

@@ -17,27 +17,40 @@ class IsolationTimeout(Exception):
     """The child did not answer within the time bound (hung or crashed); it was replaced."""
 
 
-def _init_worker(memory_mb: int) -> None:
-    """Each child: one thread (one worker per core, see ``threads``), bounded memory."""
+def _init_worker(memory_mb: int, warm_up: Callable[[], Any] | None) -> None:
+    """Each child: one thread (one worker per core, see ``threads``), bounded memory, then
+    ``warm_up`` (one-time loading that should not count against an item's time bound)."""
     from krea2.curate.threads import single_threaded
 
     single_threaded()
     if memory_mb > 0:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if warm_up is not None:
+        warm_up()
 
 
 class IsolatedPool:
     """``processes`` spawned children; ``map(fn, args)`` returns one result or exception per
-    arg. ``fn`` must be importable (a module-level function)."""
+    arg. ``fn`` (and ``warm_up``, run once in each child as it starts) must be importable
+    (module-level functions)."""
 
-    def __init__(self, processes: int = 1, timeout_s: float = 30.0, memory_mb: int = 3072) -> None:
+    def __init__(
+        self,
+        processes: int = 1,
+        timeout_s: float = 30.0,
+        memory_mb: int = 3072,
+        warm_up: Callable[[], Any] | None = None,
+    ) -> None:
         self.processes, self.timeout_s, self.memory_mb = processes, timeout_s, memory_mb
+        self.warm_up = warm_up
         self._ctx = mp.get_context("spawn")  # workers run threads: never fork them
         self._pool = self._start()
 
     def _start(self) -> Any:
-        return self._ctx.Pool(self.processes, initializer=_init_worker, initargs=(self.memory_mb,))
+        return self._ctx.Pool(
+            self.processes, initializer=_init_worker, initargs=(self.memory_mb, self.warm_up)
+        )
 
     def map(self, fn: Callable[[Any], Any], args: Sequence[Any]) -> list[Any]:
         pending = [self._pool.apply_async(fn, (a,)) for a in args]

@@ -149,11 +149,15 @@ class AnalyzeHandler:
     memory_mb: ClassVar[int] = 3072
 
     def setup(self) -> None:
+        from krea2.curate.analysis import warm_up
         from krea2.curate.isolation import IsolatedPool
         from krea2.infra.metrics import counter
 
+        # Compiled here first, so the children load the machine code instead of each
+        # compiling it while an image's time bound runs.
+        warm_up()
         timeout = self.cfg.decode.max_seconds
-        self.pool = IsolatedPool(self.processes, timeout, self.memory_mb)
+        self.pool = IsolatedPool(self.processes, timeout, self.memory_mb, warm_up=warm_up)
         self.verdicts = counter(
             "curate", "analyzed_total", "Images analyzed, by cheap verdict", ["reject"]
         )
