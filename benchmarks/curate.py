@@ -31,7 +31,7 @@ import imagehash
 import numpy as np
 from PIL import Image
 
-from krea2.curate.analysis import analyze_bytes, decode_limits
+from krea2.curate.analysis import analyze_bytes, analyze_decoded, decode_limits
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
 from krea2.curate.filters import run_cheap_filters
@@ -129,9 +129,29 @@ def elementary_ops(pixels: dict, shared: dict) -> dict:
     }
 
 
+def decode_split(images: dict[str, bytes], repeats: int, cfg: CurateConfig) -> tuple[list, list]:
+    """Per image, the median over ``repeats`` of the decode's CPU time and of the whole
+    analysis's, both timed inside the same runs: ``analyze_bytes`` is ``decode`` followed
+    by ``analyze_decoded``, called here in that order with a clock read in between."""
+    limits = decode_limits(cfg)
+    decode_s, total_s = [], []
+    for data in images.values():
+        parts = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            image = decode(data, limits)
+            t1 = time.process_time()
+            analyze_decoded(data, image, cfg)
+            parts.append((t1 - t0, time.process_time() - t0))
+        decode_s.append(statistics.median(d for d, _ in parts))
+        total_s.append(statistics.median(t for _, t in parts))
+    return decode_s, total_s
+
+
 def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig) -> dict:
     limits = decode_limits(cfg)
     ours = per_image_seconds(lambda d: analyze_bytes(d, cfg), images, repeats)
+    dec_in_run, total_in_run = decode_split(images, repeats, cfg)
     dec = per_image_seconds(lambda d: decode(d, limits), images, repeats)
     base = per_image_seconds(baseline, images, repeats)
     decoded = {k: decode(d, limits) for k, d in images.items()}
@@ -154,9 +174,11 @@ def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig
         "ours_img_per_s": len(ours) / sum(ours),
         "baseline_img_per_s": len(base) / sum(base),
         "speedup": sum(base) / sum(ours),
-        "decode_share": sum(dec) / sum(ours),
+        "decode_share": sum(dec_in_run) / sum(total_in_run),
+        "decode_alone_share": sum(dec) / sum(ours),
         "ours_ms": 1000 * sum(ours) / len(ours),
-        "decode_ms": 1000 * sum(dec) / len(dec),
+        "decode_ms": 1000 * sum(dec_in_run) / len(dec_in_run),
+        "decode_alone_ms": 1000 * sum(dec) / len(dec),
         "planes_ms": 1000 * sum(plane_s) / len(plane_s),
         "filters_ms": 1000 * sum(filt) / len(filt),
         "hashes_ms": 1000 * sum(hashes) / len(hashes),
@@ -171,7 +193,7 @@ def ops_table(results: list[dict]) -> str:
     rows = [[op, *(f"{r['ops_ms'][op]:.3f}" for r in results)] for op in names]
     floors = [sum(r["ops_ms"].values()) for r in results]
     rows.append(["**sum of the steps**", *(f"**{f:.3f}**" for f in floors)])
-    rows.append(["decode", *(f"{r['decode_ms']:.3f}" for r in results)])
+    rows.append(["decode (inside the analysis)", *(f"{r['decode_ms']:.3f}" for r in results)])
     rows.append(["ours, whole analysis", *(f"{r['ours_ms']:.3f}" for r in results)])
     best = [r["decode_ms"] / (r["decode_ms"] + f) for r, f in zip(results, floors, strict=True)]
     rows.append(["decode share if only the steps remained", *(f"{b:.0%}" for b in best)])
@@ -208,8 +230,9 @@ def main() -> None:
             f"{r['ours_img_per_s']:.0f}",
             f"**{r['speedup']:.2f}×** (target ≥ 3×)",
             f"{r['decode_share']:.0%} (target ≥ 60%)",
-            f"{r['decode_ms']:.2f} / {r['planes_ms']:.2f} / {r['filters_ms']:.2f} / "
-            f"{r['hashes_ms']:.2f}",
+            f"{r['decode_alone_share']:.0%}",
+            f"{r['decode_ms']:.2f} ({r['decode_alone_ms']:.2f}) / {r['planes_ms']:.2f} / "
+            f"{r['filters_ms']:.2f} / {r['hashes_ms']:.2f}",
         ]
         for r in results
     ]
@@ -224,6 +247,10 @@ def main() -> None:
         "scores; `krea2.curate.planes`, numba), OpenCV's Canny, and one compiled call per hash "
         "(bit-identical to imagehash), on the 256-px analysis pixels. "
         f"Median of {args.repeats} per image (CPU time of the process). "
+        "Decode share: the decode's part of our whole analysis, both timed in the same "
+        "runs (`decode`, then `analyze_decoded`); the decode timed alone, three times in a "
+        "row on the same bytes, runs with warmer caches than inside the analysis and is "
+        "shown for reference. "
         "Bit-identity with imagehash is kept without Pillow's resize and HSV loops: the Lanczos "
         "passes are Pillow's own fixed-point weights and integer arithmetic, compiled, and the "
         "colour "
@@ -238,7 +265,8 @@ def main() -> None:
                 "ours img/s",
                 "speedup",
                 "decode share of ours",
-                "ours ms: decode / shared measurements / filters / hashes",
+                "same, decode timed alone",
+                "ours ms: decode (alone) / shared measurements / filters / hashes",
             ],
             rows,
         )

@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from krea2.curate.config import CurateConfig
-from krea2.curate.decode import DecodeError, DecodeLimits, decode
+from krea2.curate.decode import DecodedImage, DecodeError, DecodeLimits, decode
 from krea2.curate.filters import CHEAP_FILTERS, FilterResult, run_cheap_filters
 from krea2.curate.hashes import image_hashes, md5
 from krea2.curate.planes import planes
@@ -73,15 +73,18 @@ def analyze_bytes(data: bytes, cfg: CurateConfig | None = None) -> ImageAnalysis
     Never raises for bad bytes: a failed decode is recorded with its reason.
     """
     cfg = cfg or CurateConfig()
-    out = ImageAnalysis(md5=md5(data))
     try:
         image = decode(data, decode_limits(cfg))
     except DecodeError as e:
-        out.decode_error = e.reason
-        out.reason = str(e)
-        return out
-    out.width, out.height, out.format = image.width, image.height, image.format
-    shared = planes(image.pixels)  # grey, histograms, colour counts, luma: computed once
+        return ImageAnalysis(md5=md5(data), decode_error=e.reason, reason=str(e))
+    return analyze_decoded(data, image, cfg)
+
+
+def analyze_decoded(data: bytes, image: DecodedImage, cfg: CurateConfig) -> ImageAnalysis:
+    """Everything after the decode of ``data``: md5, the cheap filters, the hashes."""
+    out = ImageAnalysis(md5=md5(data), width=image.width, height=image.height)
+    out.format = image.format
+    shared = planes(image.pixels)  # grey, histograms, colour counts, luma, scores: once
     out.filters = run_cheap_filters(image, cfg.thresholds(), shared)
     out.hashes = image_hashes(image.pixels, shared)
     failed = next((f for f in out.filters if not f.passed), None)
