@@ -7,7 +7,8 @@ histogram by OpenCV's HSV (one of 18 hues when saturated and not dark). Converti
 to HSV twice costs ~1 ms at 256 px; instead the table holds, for all 2^24 colours, the code
 ``colour_class · HUE_CODES + hue_code`` computed by those same conversions (so the counts
 are those of the conversions by construction, not an approximation). Building it converts
-2^24 pixels once per process (~0.7 s, 16 MiB kept); a lookup is one gather per pixel.
+2^24 pixels once per process (~1-3 s, 16 MiB kept); a lookup is one gather per run of one
+colour (``pixel_pass``).
 
 The same lookup also marks the white (every channel ≥ 250) and black (every channel ≤ 5)
 colours, so the white- and black-ratio filters read their counts from it for free.

@@ -13,15 +13,15 @@ that depends on the pixel alone:
 - the three channel histograms (entropy, the flat-colour median);
 - the histogram of the colour table's index per pixel (colorhash, the hue histogram, the
   white/black counts; ``colour_table``);
-- per-row and per-column sums of grey and grey² (the border filter's line statistics).
+- per-row and per-column sums of grey and grey² (the border filter's line statistics);
+- the 3×3 Laplacian's variance per tile (from the finished grey plane).
 
 The arithmetic runs row by row in loops the compiler vectorises; the histograms are counted
 after, by runs of one colour (``_colour_counts``). All sums are integers, so every result
-is exact. The Laplacian tile variances and the flat-colour count need a finished grey plane
-or the histograms' median, so they are two more small loops.
+is exact. ``planes._measure`` calls this and the filters' own kernels in one compiled call.
 
 Compiled once per machine: ``cache=True`` keeps the machine code next to this file, and
-later processes (the isolated decode children, the CLI workers) load it in milliseconds.
+later processes (the isolated decode children, the CLI workers) load it in about a second.
 numba compiles one version per argument type, and a read-only array is another type (a
 decode hands back read-only or writable pixels depending on the path), so the public
 functions here pass every array as a read-only C-contiguous view: one version each.
@@ -93,7 +93,7 @@ def read_pixels(px: np.ndarray, table: np.ndarray):
     transposed (phash's first pass, horizontal, reads columns: ``resample``),
     ``channels`` (3, 256) int64 counts per channel level, ``index`` (256,) int64 counts per
     table index, ``rows`` (2, h) and ``cols`` (2, w) int64 sums of grey and of grey² per
-    row and per column.
+    row and per column, and the Laplacian tile variances (``_laplacian_tiles`` of grey).
     """
     h, w = px.shape[0], px.shape[1]
     flat = px.reshape(-1)  # a constant stride of 3 between pixels: the loads vectorise
