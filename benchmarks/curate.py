@@ -129,31 +129,41 @@ def elementary_ops(pixels: dict, shared: dict) -> dict:
     }
 
 
-def decode_split(images: dict[str, bytes], repeats: int, cfg: CurateConfig) -> tuple[list, list]:
-    """Per image, the median over ``repeats`` of the decode's CPU time and of the whole
-    analysis's, both timed inside the same runs: ``analyze_bytes`` is ``decode`` followed
-    by ``analyze_decoded``, called here in that order with a clock read in between."""
+def side_by_side(
+    images: dict[str, bytes], repeats: int, cfg: CurateConfig
+) -> dict[str, list[float]]:
+    """Per image, the median over ``repeats`` of each series' CPU seconds, the series taking
+    turns image by image and repeat by repeat (so a VM's speed drifting during the run moves
+    them all alike): ``ours`` = ``analyze_bytes``, run as its two halves (``decode``, then
+    ``analyze_decoded``) with a clock read between, giving ``decode`` inside our analysis;
+    ``decode_alone`` = ``decode`` again right after on the same bytes (warmer caches);
+    ``baseline``."""
     limits = decode_limits(cfg)
-    decode_s, total_s = [], []
+    series: dict[str, list[float]] = {k: [] for k in ("ours", "decode", "decode_alone", "baseline")}
     for data in images.values():
-        parts = []
+        runs: dict[str, list[float]] = {k: [] for k in series}
         for _ in range(repeats):
             t0 = time.process_time()
             image = decode(data, limits)
             t1 = time.process_time()
             analyze_decoded(data, image, cfg)
-            parts.append((t1 - t0, time.process_time() - t0))
-        decode_s.append(statistics.median(d for d, _ in parts))
-        total_s.append(statistics.median(t for _, t in parts))
-    return decode_s, total_s
+            t2 = time.process_time()
+            decode(data, limits)
+            t3 = time.process_time()
+            baseline(data)
+            t4 = time.process_time()
+            for k, v in zip(series, (t2 - t0, t1 - t0, t3 - t2, t4 - t3), strict=True):
+                runs[k].append(v)
+        for k in series:
+            series[k].append(statistics.median(runs[k]))
+    return series
 
 
 def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig) -> dict:
     limits = decode_limits(cfg)
-    ours = per_image_seconds(lambda d: analyze_bytes(d, cfg), images, repeats)
-    dec_in_run, total_in_run = decode_split(images, repeats, cfg)
-    dec = per_image_seconds(lambda d: decode(d, limits), images, repeats)
-    base = per_image_seconds(baseline, images, repeats)
+    timed = side_by_side(images, repeats, cfg)
+    ours, base = timed["ours"], timed["baseline"]
+    dec_in_run, dec = timed["decode"], timed["decode_alone"]
     decoded = {k: decode(d, limits) for k, d in images.items()}
     keys = {k: k for k in images}
     t = cfg.thresholds()
@@ -174,7 +184,7 @@ def measure(name: str, images: dict[str, bytes], repeats: int, cfg: CurateConfig
         "ours_img_per_s": len(ours) / sum(ours),
         "baseline_img_per_s": len(base) / sum(base),
         "speedup": sum(base) / sum(ours),
-        "decode_share": sum(dec_in_run) / sum(total_in_run),
+        "decode_share": sum(dec_in_run) / sum(ours),
         "decode_alone_share": sum(dec) / sum(ours),
         "ours_ms": 1000 * sum(ours) / len(ours),
         "decode_ms": 1000 * sum(dec_in_run) / len(dec_in_run),
@@ -199,7 +209,7 @@ def ops_table(results: list[dict]) -> str:
     rows.append(["decode share if only the steps remained", *(f"{b:.0%}" for b in best)])
     return (
         "Where the non-decode time goes (ms per image, each step timed alone on the analysis "
-        "pixels, the steps after the pixel pass given its result; the rest of the whole "
+        "pixels, the steps after the shared measurements given their result; the rest of the whole "
         "analysis is md5, Python glue and the cache misses of running after a decode):\n\n"
         + table(["step", *(r["set"] for r in results)], rows)
     )
@@ -246,11 +256,12 @@ def main() -> None:
         "white/black counts, row/column sums; the Laplacian, entropy, flat-colour and border "
         "scores; `krea2.curate.planes`, numba), OpenCV's Canny, and one compiled call per hash "
         "(bit-identical to imagehash), on the 256-px analysis pixels. "
-        f"Median of {args.repeats} per image (CPU time of the process). "
+        f"Median of {args.repeats} per image (CPU time of the process); ours, the decode "
+        "alone and the baseline take turns image by image and repeat by repeat. "
         "Decode share: the decode's part of our whole analysis, both timed in the same "
-        "runs (`decode`, then `analyze_decoded`); the decode timed alone, three times in a "
-        "row on the same bytes, runs with warmer caches than inside the analysis and is "
-        "shown for reference. "
+        "runs (`analyze_bytes` as its two halves, `decode` and `analyze_decoded`); the decode "
+        "timed alone, again right after on the same bytes, runs with warmer caches than "
+        "inside the analysis and is shown for reference. "
         "Bit-identity with imagehash is kept without Pillow's resize and HSV loops: the Lanczos "
         "passes are Pillow's own fixed-point weights and integer arithmetic, compiled, and the "
         "colour "
