@@ -41,7 +41,7 @@ def run_cheap_filters(
     """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey, the channel
     histograms, the white/black counts and the line statistics come from ``shared`` (the
     image's ``planes``, computed here when not given)."""
-    from krea2.curate.planes import planes  # planes compiles the filters' kernels in
+    from krea2.curate.planes import planes  # here, not at the top: planes imports the filters
 
     px = image.pixels
     p = planes(px) if shared is None else shared

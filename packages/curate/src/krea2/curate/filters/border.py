@@ -85,11 +85,11 @@ def border_fraction(pixels: np.ndarray, lines: LineStats | None = None) -> float
     ``pixels`` (h, w, 3) uint8 RGB; ``lines`` their grey row/column statistics
     (``Planes.lines``) if already computed."""
     if lines is None:
-        from krea2.curate.planes import planes  # planes compiles this module's kernel in
+        from krea2.curate.planes import planes  # here, not at the top: planes imports this module
 
         lines = planes(pixels).lines
-    s = lines
-    stats = (frozen(v, np.float64) for v in (s.row_mean, s.row_std, s.col_mean, s.col_std))
+    means_stds = (lines.row_mean, lines.row_std, lines.col_mean, lines.col_std)
+    stats = (frozen(v, np.float64) for v in means_stds)
     return float(widest_band(frozen(pixels), *stats))
 
 

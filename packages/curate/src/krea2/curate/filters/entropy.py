@@ -13,7 +13,7 @@ from krea2.curate.pixel_pass import frozen
 def channel_histograms(pixels: np.ndarray) -> np.ndarray:
     """(h, w, 3) uint8 RGB → (3, 256) int64 pixel counts per channel level (shared by the
     entropy and flat-colour filters; ``Planes.hists``)."""
-    from krea2.curate.planes import planes  # planes compiles this module's kernel in
+    from krea2.curate.planes import planes  # here, not at the top: planes imports this module
 
     return planes(pixels).hists
 
