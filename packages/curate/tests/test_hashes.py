@@ -134,3 +134,11 @@ def test_flat_images_hash_to_the_same_phash():
     a, b = image_hashes(red), image_hashes(blue)
     assert a["phash12"] == b["phash12"]
     assert a["colorhash"] != b["colorhash"]
+
+
+def test_pack_bits_equals_numpy_packbits_for_any_shape_and_length():
+    rng = np.random.default_rng(5)
+    for shape in [(0,), (7,), (8,), (12, 12), (14, 3), (2, 3, 5)]:
+        bits = rng.random(shape) > 0.5
+        assert pack_bits(bits) == np.packbits(bits.ravel()).tobytes(), shape
+        assert pack_bits(bits.astype(np.uint8)) == pack_bits(bits), shape

@@ -28,7 +28,7 @@ from krea2.curate.colour_table import (
 )
 from krea2.curate.pixel_pass import frozen
 from krea2.curate.planes import Planes, planes
-from krea2.curate.resample import lanczos_resize, lanczos_t, plan
+from krea2.curate.resample import lanczos_t, plan
 
 PHASH_HIGHFREQ_FACTOR = 4
 
@@ -44,7 +44,7 @@ def pack_bits(bits: np.ndarray) -> bytes:
     Matches imagehash's hex strings: ``pack_bits(b).hex() == str(ImageHash(b))`` whenever
     the bit count is a multiple of 8.
     """
-    return np.packbits(np.asarray(bits, dtype=bool).ravel()).tobytes()
+    return _packed(frozen(bits, np.bool_)).tobytes()
 
 
 def hamming(a: bytes, b: bytes) -> int:
@@ -61,7 +61,8 @@ def phash_bits(pixels: np.ndarray, hash_size: int = 12) -> np.ndarray:
     Grey → Lanczos resize to (4·hash_size)² → 2-D DCT-II → the top-left hash_size² block
     (DC included) thresholded at its median.
     """
-    return _phash_from_grey(planes(pixels).luma, hash_size)
+    packed = np.frombuffer(phash_bytes(planes(pixels).luma, hash_size), np.uint8)
+    return np.unpackbits(packed)[: hash_size * hash_size].reshape(hash_size, hash_size) > 0
 
 
 @lru_cache(maxsize=8)
@@ -82,7 +83,16 @@ ZERO_TOLERANCE = 1e-13
 @njit(cache=True, nogil=True)
 def dct_median_bits(small: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """(n, n) uint8 resized luma, (k, n) ``dct_rows`` → (k, k) bool: the top-left k×k
-    DCT-II coefficients (rows · small · rowsᵀ) above their median."""
+    DCT-II coefficients (rows · small · rowsᵀ) above their median.
+
+    Only the kept k×k block is computed, as two small products instead of the full 2-D
+    transform that imagehash takes through scipy; the coefficients agree to ~1e-15 of the
+    image's sum. Where scipy's FFT gives exact zeros (a flat image: every AC term; a
+    mirror-symmetric one: the odd terms), the products leave rounding residue of that size,
+    which would decide bits whenever the median is 0; residue below ``ZERO_TOLERANCE`` of
+    the sum is therefore set to 0. Tested bit-equal to imagehash on the bundled photos,
+    ShapesWorld scenes, flat and symmetric images.
+    """
     k, n = rows.shape
     half = np.zeros((k, n))
     total = 0.0
@@ -114,28 +124,13 @@ def _phash_packed(xt, h_weights, h_lo, h_hi, v_weights, v_lo, v_hi, vertical_fir
 
 
 def phash_bytes(luma: np.ndarray, hash_size: int) -> bytes:
-    """(h, w) uint8 luma → the packed phash (``pack_bits(_phash_from_grey(...))``, one
-    compiled call; free of copies when ``luma`` is ``Planes.luma``)."""
+    """(h, w) uint8 luma → the packed phash (``pack_bits`` of ``phash_bits``): Lanczos
+    resize, DCT, median and packing in one compiled call; free of copies when ``luma`` is
+    ``Planes.luma``."""
     h, w = luma.shape
     side = hash_size * PHASH_HIGHFREQ_FACTOR
     xt = frozen(luma.T)
     return _phash_packed(xt, *plan(h, w, side, side), dct_rows(hash_size)).tobytes()
-
-
-def _phash_from_grey(grey: np.ndarray, hash_size: int) -> np.ndarray:
-    """(h, w) uint8 luma → (hash_size, hash_size) bool.
-
-    Only the kept k×k block of the DCT is computed, as two small products instead of the
-    full 2-D transform that imagehash takes through scipy. The coefficients agree to ~1e-15
-    of the image's sum. Where scipy's FFT gives exact zeros (a flat image: every AC term;
-    a mirror-symmetric one: the odd terms), the products leave rounding residue of that
-    size, which would decide bits whenever the median is 0; residue below
-    ``ZERO_TOLERANCE`` of the sum is therefore set to 0. Tested bit-equal to imagehash on
-    the bundled photos, ShapesWorld scenes, flat and symmetric images.
-    """
-    side = hash_size * PHASH_HIGHFREQ_FACTOR
-    small = lanczos_resize(grey, side, side)
-    return dct_median_bits(small, dct_rows(hash_size))
 
 
 @njit(cache=True, nogil=True)
@@ -187,10 +182,6 @@ def colour_hash_bytes(counts: np.ndarray):
     return _packed(_colorhash_bits(counts, 3)), _hue_histogram_values(counts)
 
 
-def _colorhash_from(counts: np.ndarray, binbits: int) -> np.ndarray:
-    return _colorhash_bits(frozen(counts, np.int64), binbits)
-
-
 def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     """Colour hash of (h, w, 3) uint8 RGB pixels → (14, binbits) bool.
 
@@ -199,7 +190,7 @@ def colorhash_bits(pixels: np.ndarray, binbits: int = 3) -> np.ndarray:
     normalised by the coloured-pixel count. Each fraction f is quantised to
     v = min(2^binbits − 1, ⌊f·2^binbits⌋) and written with imagehash's bit code.
     """
-    return _colorhash_from(planes(pixels).colours.counts, binbits)
+    return _colorhash_bits(frozen(planes(pixels).colours.counts, np.int64), binbits)
 
 
 @njit(cache=True, nogil=True)
@@ -216,10 +207,6 @@ def _hue_histogram_values(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _hue_histogram_from(counts: np.ndarray) -> bytes:
-    return _hue_histogram_values(counts).tobytes()
-
-
 def hue_histogram(pixels: np.ndarray) -> bytes:
     """Hue histogram of the saturated pixels only (OpenCV HSV: s > 0.25·255 and
     v > 0.2·255): ``HUE_BINS`` bytes summing to about 255, then one byte with the saturated
@@ -231,7 +218,7 @@ def hue_histogram(pixels: np.ndarray) -> bytes:
     saturated pixels alone makes the histogram's total-variation distance ≈ 1 for a
     recolouring and ≤ 0.1 for resize, re-encode, crop and shift edits.
     """
-    return _hue_histogram_from(planes(pixels).colours.counts)
+    return _hue_histogram_values(frozen(planes(pixels).colours.counts, np.int64)).tobytes()
 
 
 def hue_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -137,9 +137,7 @@ def _colour_counts(flat: np.ndarray, table: np.ndarray):
     channels = np.zeros(3 * STRIDE, np.int64)
     index = np.zeros(STRIDE, np.int64)
     n = flat.size // 3
-    if n == 0:
-        return channels.reshape(3, STRIDE)[:, :256].copy(), index[:256].copy()
-    run_colour = np.int64(flat[0]) | (np.int64(flat[1]) << 8) | (np.int64(flat[2]) << 16)
+    run_colour = -1  # no colour: nothing to count before the first pixel or after the last
     run = 0
     for i in range(n + 1):
         colour = -1
@@ -150,10 +148,11 @@ def _colour_counts(flat: np.ndarray, table: np.ndarray):
         if colour == run_colour:
             run += 1
             continue
-        channels[run_colour & 255] += run
-        channels[STRIDE + ((run_colour >> 8) & 255)] += run
-        channels[2 * STRIDE + (run_colour >> 16)] += run
-        index[table[run_colour]] += run
+        if run_colour >= 0:
+            channels[run_colour & 255] += run
+            channels[STRIDE + ((run_colour >> 8) & 255)] += run
+            channels[2 * STRIDE + (run_colour >> 16)] += run
+            index[table[run_colour]] += run
         run_colour = colour
         run = 1
     return channels.reshape(3, STRIDE)[:, :256].copy(), index[:256].copy()
