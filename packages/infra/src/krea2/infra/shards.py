@@ -25,6 +25,9 @@ module stays importable without it.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 CAPTION_FORMATS: tuple[str, ...] = ("long", "medium", "short", "tags", "json")
@@ -87,6 +90,39 @@ def parse_bucket(bucket: str) -> tuple[int, int]:
         raise ShardSchemaError(f"bucket {bucket!r} is not of the form '<width>x<height>'") from None
 
 
+def validate_shard_schema(schema: Any, where: str = "shard") -> None:
+    """Raise :class:`ShardSchemaError` if a pyarrow ``schema`` lacks a contract column or
+    has one of another type; ``where`` names the file in the message."""
+    expected = shard_arrow_schema()
+    missing = [f.name for f in expected if f.name not in schema.names]
+    if missing:
+        raise ShardSchemaError(
+            f"{where} is missing column {missing[0]!r}; the contract's columns are {COLUMNS}"
+        )
+    for field in expected:
+        actual = schema.field(field.name).type
+        if not actual.equals(field.type):
+            raise ShardSchemaError(
+                f"{where}: column {field.name!r} has type {actual}, expected {field.type}"
+            )
+
+
+def validate_shard_file(path: Path) -> None:
+    """Check a Parquet file's schema and stage metadata without reading its rows (what a
+    reader does before trusting a file); :class:`ShardSchemaError` names the file."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, ValueError) as e:  # pyarrow raises ArrowInvalid (a ValueError) if torn
+        raise ShardSchemaError(f"{path} is not a readable Parquet file: {e}") from None
+    validate_shard_schema(schema, where=str(path))
+    metadata = schema.metadata or {}
+    for key in (METADATA_STAGE, METADATA_BATCH_SIZE):
+        if key not in metadata:
+            raise ShardSchemaError(f"{path} lacks the {key.decode()!r} file metadata")
+
+
 def validate_shard_table(table: Any) -> None:
     """Raise :class:`ShardSchemaError` naming the first violation of the contract.
 
@@ -94,16 +130,7 @@ def validate_shard_table(table: Any) -> None:
     ``bucket`` matches ``width``/``height``, that caption formats are known, and that
     ``meta`` is a JSON object.
     """
-    schema = shard_arrow_schema()
-    missing = [f.name for f in schema if f.name not in table.schema.names]
-    if missing:
-        raise ShardSchemaError(f"shard is missing column {missing[0]!r}; columns are {COLUMNS}")
-    for field in schema:
-        actual = table.schema.field(field.name).type
-        if not actual.equals(field.type):
-            raise ShardSchemaError(
-                f"column {field.name!r} has type {actual}, expected {field.type}"
-            )
+    validate_shard_schema(table.schema)
     rows = table.select(["key", "image", "uri", "width", "height", "bucket", "captions", "meta"])
     for row in rows.to_pylist():
         key = row["key"]
@@ -127,3 +154,46 @@ def validate_shard_table(table: Any) -> None:
                 raise ShardSchemaError(f"row {key!r}: meta is not valid JSON") from None
             if not isinstance(meta, dict):
                 raise ShardSchemaError(f"row {key!r}: meta must be a JSON object")
+
+
+def write_shard(
+    rows: Sequence[dict[str, Any]],
+    path: Path,
+    *,
+    stage: str,
+    seed: int,
+    batch_size: int,
+    row_group_size: int | None = None,
+) -> Path:
+    """Validate ``rows`` (dicts with the contract's columns) and write them as one shard.
+
+    The file records ``stage``, ``seed`` and ``batch_size`` as metadata. It is written to
+    a hidden temporary file in the same directory and renamed into place, so a reader never
+    sees half a shard and a crash leaves no file at ``path``. Returns ``path``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if batch_size < 1:
+        raise ShardSchemaError(f"batch_size must be >= 1, got {batch_size}")
+    schema = shard_arrow_schema().with_metadata(
+        {
+            METADATA_STAGE: stage.encode(),
+            METADATA_SEED: str(seed).encode(),
+            METADATA_BATCH_SIZE: str(batch_size).encode(),
+        }
+    )
+    try:
+        table = pa.Table.from_pylist(list(rows), schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as e:
+        raise ShardSchemaError(f"rows for {path} do not fit the shard schema: {e}") from None
+    validate_shard_table(table)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table, tmp, row_group_size=row_group_size or max(batch_size * 16, 64))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
