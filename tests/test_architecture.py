@@ -1,0 +1,176 @@
+"""The tree's shape: no import cycle inside a package, the umbrella uses only public names,
+and no module grows past ~400 lines without saying why at its top.
+
+Imports are read statically (``ast``), function-level (lazy) imports included: a lazy
+import still ties two modules into one concept. Edges: ``import krea2.a.b`` and
+``from krea2.a.b import f`` point at ``krea2.a.b``; ``from krea2.a import b`` points at the
+submodule ``krea2.a.b`` when there is one, else at ``krea2.a`` (its ``__init__``).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("infra", "krablet", "curate", "dit", "trainer", "rl", "expander")
+UMBRELLA = ROOT / "src"
+MAX_LINES = 400
+LONG_MARK = "long module:"  # e.g. '# long module: the released checkpoint's 60 key rules'
+
+
+def source_root(package: str) -> Path:
+    return ROOT / "packages" / package / "src"
+
+
+@cache
+def modules(src: Path) -> dict[str, Path]:
+    """Dotted module name → file, for every module under a ``src`` directory."""
+    found = {}
+    for path in src.rglob("*.py"):
+        name = ".".join(path.relative_to(src).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports_of(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, imported names ([] for ``import m``), line) for every absolute import."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, [alias.name for alias in node.names], node.lineno))
+    return found
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """Module → the modules of the same tree it imports."""
+    known = modules(src)
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        for module, names, _ in imports_of(path):
+            targets = [f"{module}.{n}" if f"{module}.{n}" in known else module for n in names]
+            graph[name] |= {t for t in targets or [module] if t in known and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a path that returns to its start, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_finds_a_lazy_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "krea2" / "demo_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from krea2.demo_pkg.b import g\n")
+    (pkg / "b.py").write_text("def g():\n    from krea2.demo_pkg import a\n")
+    (pkg / "c.py").write_text("import krea2.demo_pkg.a\n")
+    cycle = find_cycle(import_graph(tmp_path))
+    assert cycle == ["krea2.demo_pkg.a", "krea2.demo_pkg.b", "krea2.demo_pkg.a"]
+    (pkg / "b.py").write_text("def g():\n    pass\n")
+    modules.cache_clear()
+    assert find_cycle(import_graph(tmp_path)) is None
+
+
+@pytest.mark.parametrize("package", [*PACKAGES, "umbrella"])
+def test_no_import_cycle_inside_a_package(package: str) -> None:
+    src = UMBRELLA if package == "umbrella" else source_root(package)
+    cycle = find_cycle(import_graph(src))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+@cache
+def declared_all(package: str, module: str) -> frozenset[str] | None:
+    """The literal ``__all__`` of ``module`` (a module of ``package``), or None if absent."""
+    path = modules(source_root(package)).get(module)
+    if path is None:
+        return None
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            return frozenset(ast.literal_eval(node.value))
+    return None
+
+
+def public_violation(module: str, names: list[str]) -> str | None:
+    """Why importing ``names`` from ``module`` reaches past a package's public API, or None.
+
+    Public: ``krea2.<pkg>`` and the names in its ``__all__``; a public name that is a
+    subpackage (``krea2.curate.shapes``) is public in turn, with its own ``__all__``.
+    """
+    parts = module.split(".")
+    package = parts[1]
+    current = f"krea2.{package}"
+    for part in parts[2:]:
+        exported = declared_all(package, current)
+        if exported is None or part not in exported:
+            return f"{current}.{part} is not in {current}.__all__"
+        current = f"{current}.{part}"
+    exported = declared_all(package, current)
+    if exported is None:
+        return f"{current} declares no __all__"
+    hidden = [n for n in names if n not in exported]
+    return f"{hidden} not in {current}.__all__" if hidden else None
+
+
+def test_public_violation_reads_all_through_subpackages() -> None:
+    assert declared_all("krablet", "krea2.krablet") is not None
+    assert public_violation("krea2.krablet", ["Warehouse"]) is None
+    assert "not in krea2.krablet.__all__" in (public_violation("krea2.krablet", ["_x"]) or "")
+    assert public_violation("krea2.krablet.no_such_module", ["x"]) is not None
+
+
+def test_umbrella_imports_only_public_names() -> None:
+    problems = []
+    for path in modules(UMBRELLA).values():
+        for module, names, line in imports_of(path):
+            if not module.startswith("krea2.") or module.split(".")[1] not in PACKAGES:
+                continue
+            why = public_violation(module, names)
+            if why:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: from {module}: {why}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_package_declares_its_public_api() -> None:
+    missing = [p for p in PACKAGES if declared_all(p, f"krea2.{p}") is None]
+    assert not missing, f"krea2.<package>/__init__.py without __all__: {missing}"
+
+
+def test_no_long_module_without_a_reason_at_its_top() -> None:
+    sources = [UMBRELLA, *(source_root(p) for p in PACKAGES)]
+    long = []
+    for src in sources:
+        for path in modules(src).values():
+            lines = path.read_text().splitlines()
+            if len(lines) > MAX_LINES and not any(LONG_MARK in ln for ln in lines[:30]):
+                long.append(f"{path.relative_to(ROOT)} ({len(lines)} lines)")
+    assert not long, (
+        f"modules over {MAX_LINES} lines: split them by concept, or say why at the top "
+        f"('{LONG_MARK} <reason>'): {long}"
+    )
