@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from browser_screenshot import find_chromium, render_page
 from PIL import Image
-
-from krea2.pipeline.browser import find_chromium, render_page
 
 DEMO = [sys.executable, "-c", "from krea2.infra.host import main; main()", "demo", "--quick"]
 

@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 import pytest
+from browser_screenshot import find_chromium, render_page
 from PIL import Image
 
 from krea2.pipeline import html
-from krea2.pipeline.browser import find_chromium, render_page
 
 
 def sample_page() -> str:
