@@ -94,8 +94,8 @@ def bare_step_seconds(job: Path, steps: int, skip: int) -> dict[str, float]:
     import torch
 
     from krea2.trainer.build import build_module
+    from krea2.trainer.config import load_job
     from krea2.trainer.distributed import init_distributed
-    from krea2.trainer.jobfile import load_job
 
     cfg = load_job(job)
     stage = cfg.stages[0]

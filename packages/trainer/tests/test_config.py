@@ -9,8 +9,7 @@ import pytest
 
 from krea2.infra.config import ConfigError
 from krea2.infra.errors import UserError
-from krea2.trainer.config import JobConfig, StageConfig
-from krea2.trainer.jobfile import load_job
+from krea2.trainer.config import JobConfig, StageConfig, load_job
 from krea2.trainer.validate import validate_job
 
 
@@ -83,10 +82,53 @@ def test_cli_config_error_is_one_line_and_does_no_work(write_job, tmp_path):
 
 
 def test_stage_override_out_of_range_is_named(write_job):
-    with pytest.raises(ConfigError, match=r"stage index 3 is out of range; the job has 1"):
+    with pytest.raises(ConfigError, match=r"'stages.3' needs an index below 1"):
         load_job(write_job(), ["stages.3.steps=5"])
 
 
 def test_stage_override_sets_the_field(write_job):
     cfg = load_job(write_job(), ["stages.0.steps=7", "stages.0.schedule.warmup_steps=1"])
     assert cfg.stages[0].steps == 7 and cfg.stages[0].schedule.warmup_steps == 1
+
+
+def test_enum_settings_are_parsed_once_when_the_config_is_loaded(write_job):
+    from krea2.trainer.config import Autocast, Backend, InitDevice, ParamDtype, Prediction
+
+    cfg = load_job(
+        write_job(),
+        [
+            "model.prediction=split",
+            "model.autocast=auto",
+            "model.dtype=bfloat16",
+            "model.init_device=meta",
+            "parallel.backend=gloo",
+        ],
+    )
+    assert cfg.model.prediction is Prediction.SPLIT and cfg.model.autocast is Autocast.AUTO
+    assert cfg.model.dtype is ParamDtype.BFLOAT16 and cfg.model.init_device is InitDevice.META
+    assert cfg.parallel.backend is Backend.GLOO
+
+
+@pytest.mark.parametrize(
+    ("override", "choices"),
+    [
+        ("model.prediction=eps", r"'velocity', 'x0', 'split'"),
+        ("model.autocast=fp16", r"'none', 'bfloat16', 'auto'"),
+        ("model.dtype=float16", r"'float32', 'bfloat16'"),
+        ("model.init_device=gpu", r"'auto', 'cpu', 'meta'"),
+        ("parallel.backend=mpi", r"'auto', 'gloo', 'nccl'"),
+    ],
+)
+def test_bad_enum_value_names_the_key_and_the_choices(write_job, override, choices):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{key}.*{choices}"):
+        load_job(write_job(), [override])
+
+
+def test_configs_built_in_code_may_pass_enum_strings():
+    from krea2.trainer.config import Autocast, ModelConfig, Prediction
+
+    model = ModelConfig(autocast="auto", prediction="x0")
+    assert model.autocast is Autocast.AUTO and model.prediction is Prediction.X0
+    with pytest.raises(ValueError, match=r"prediction='xo'.*did you mean 'x0'"):
+        ModelConfig(prediction="xo")

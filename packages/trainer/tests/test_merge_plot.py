@@ -48,7 +48,7 @@ def test_weighted_merge_of_released_weights_loads_back_into_the_dit(run, tmp_pat
     from krea2.dit.model import Krea2DiT
     from krea2.dit.weights import load_weights
     from krea2.trainer.build import dit_config
-    from krea2.trainer.jobfile import load_job
+    from krea2.trainer.config import load_job
 
     root = run / "checkpoints" / "pretrain"
     first, last = tmp_path / "a.safetensors", tmp_path / "b.safetensors"

@@ -148,23 +148,25 @@ def test_bf16_autocast_keeps_fp32_outputs_and_gradients_close(write_job):
 def test_autocast_modes_resolve_per_layout_and_reject_unknown(write_job):
     import pytest
 
-    from krea2.infra.errors import UserError
+    from krea2.infra.config import ConfigError
     from krea2.trainer.build import autocast_dtype
+    from krea2.trainer.config import Autocast
     from krea2.trainer.distributed import cpu_has_fast_bf16
 
     env = init_distributed(load_config(JobConfig, write_job()))
-    assert autocast_dtype("none", env) is None
-    assert autocast_dtype("bfloat16", env) is torch.bfloat16
+    assert autocast_dtype(Autocast.NONE, env) is None
+    assert autocast_dtype(Autocast.BFLOAT16, env) is torch.bfloat16
     # Which CPUs count as fast: test_auto_autocast_takes_bf16_on_cpu_only_with_amx.
-    assert autocast_dtype("auto", env) is (torch.bfloat16 if cpu_has_fast_bf16() else None)
-    with pytest.raises(UserError, match="choose 'none', 'bfloat16' or 'auto'"):
-        autocast_dtype("fp16", env)
+    want = torch.bfloat16 if cpu_has_fast_bf16() else None
+    assert autocast_dtype(Autocast.AUTO, env) is want
+    with pytest.raises(ConfigError, match=r"model.autocast.*'none', 'bfloat16', 'auto'"):
+        load_config(JobConfig, write_job("bad"), ["model.autocast=fp16"])
 
 
 def test_x0_prediction_turns_the_dit_output_into_a_velocity(write_job):
     import pytest
 
-    from krea2.infra.errors import UserError
+    from krea2.infra.config import ConfigError
 
     cfg = load_config(JobConfig, write_job(), ["model.prediction=x0", "model.x0_min_t=0.1"])
     module = build_module(cfg, cfg.stages[0], init_distributed(cfg))
@@ -180,26 +182,26 @@ def test_x0_prediction_turns_the_dit_output_into_a_velocity(write_job):
     tt = t.clamp_min(0.1).view(-1, 1, 1, 1)
     torch.testing.assert_close(v, (x - x0) / tt)
     torch.testing.assert_close(x[1:] - t[1:].view(-1, 1, 1, 1) * v[1:], x0[1:])
-    bad = load_config(JobConfig, write_job("bad"), ["model.prediction=eps"])
-    with pytest.raises(UserError, match="choose 'velocity', 'x0' or 'split'"):
-        build_module(bad, bad.stages[0], init_distributed(bad))
+    with pytest.raises(ConfigError, match=r"model.prediction.*'velocity', 'x0', 'split'"):
+        load_config(JobConfig, write_job("bad"), ["model.prediction=eps"])
 
 
 def test_split_prediction_is_velocity_for_block_means_and_x0_for_the_detail(write_job):
     import torch.nn.functional as F
 
-    from krea2.trainer.build import detail_factor
+    from krea2.trainer.build import parameterization
 
     cfg = load_config(JobConfig, write_job(), ["model.prediction=split"])
-    assert detail_factor(cfg, cfg.stages[0]) == 1  # the model's own patch: plain velocity
+    # the model's own patch: plain velocity
+    assert parameterization(cfg, cfg.stages[0]).detail == 1
     cfg.stages[0].patch = 8  # twice the toy's patch 4
-    assert detail_factor(cfg, cfg.stages[0]) == 2
+    assert parameterization(cfg, cfg.stages[0]).detail == 2
     module = build_module(cfg, cfg.stages[0], init_distributed(cfg))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 16, 16, generator=g)
     t = torch.tensor([0.3, 0.7])
     coarse_v = F.interpolate(torch.randn(2, 3, 8, 8, generator=g), scale_factor=2)
-    v = module._velocity(coarse_v, x, t)  # a DiT output without detail: x0 detail = 0
+    v = module.output.velocity(coarse_v, x, t)  # a DiT output without detail: x0 detail = 0
     mean = F.interpolate(F.avg_pool2d(x, 2), scale_factor=2)
     torch.testing.assert_close(v, coarse_v + (x - mean) / t.view(-1, 1, 1, 1))
     # The true velocity is reproduced exactly by the output (v's block means, x0's detail).
@@ -209,11 +211,12 @@ def test_split_prediction_is_velocity_for_block_means_and_x0_for_the_detail(writ
     true_v = eps - x0
     vmean = F.interpolate(F.avg_pool2d(true_v, 2), scale_factor=2)
     x0_detail = x0 - F.interpolate(F.avg_pool2d(x0, 2), scale_factor=2)
-    torch.testing.assert_close(module._velocity(vmean + x0_detail, x_t, t), true_v)
+    torch.testing.assert_close(module.output.velocity(vmean + x0_detail, x_t, t), true_v)
 
 
 def test_auto_autocast_takes_bf16_on_cpu_only_with_amx(monkeypatch, write_job):
     from krea2.trainer import build, distributed
+    from krea2.trainer.config import Autocast
 
     env = init_distributed(load_config(JobConfig, write_job()))
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
@@ -223,4 +226,4 @@ def test_auto_autocast_takes_bf16_on_cpu_only_with_amx(monkeypatch, write_job):
         ({"avx512_bf16", "amx_tile", "amx_bf16"}, torch.bfloat16),
     ):
         monkeypatch.setattr(distributed, "cpu_flags", lambda f=flags: frozenset(f))
-        assert build.autocast_dtype("auto", env) is want, flags
+        assert build.autocast_dtype(Autocast.AUTO, env) is want, flags

@@ -10,8 +10,9 @@ from torch import Tensor, nn
 
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
-from krea2.trainer.config import JobConfig, StageConfig
+from krea2.trainer.config import Autocast, InitDevice, JobConfig, StageConfig
 from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
+from krea2.trainer.objective import Parameterization
 
 log = get_logger("trainer.build")
 
@@ -26,14 +27,10 @@ class TrainModule(nn.Module):
         text: nn.Module,
         irepa: nn.Module | None,
         autocast: torch.dtype | None = None,
-        prediction: str = "velocity",
-        min_t: float = 0.05,
-        detail: int = 1,
+        output: Parameterization = Parameterization(),
     ) -> None:
         super().__init__()
-        self.prediction = prediction  # what the DiT's output means (ModelConfig.prediction)
-        self.min_t = min_t  # floor of t where x0 is turned into v = (x_t - x0) / t
-        self.detail = detail  # "split": block side whose mean is v and whose detail is x0
+        self.output = output  # what the DiT's output means, and how it becomes v
         self.dit = dit
         self.text = text
         self.irepa = irepa
@@ -75,19 +72,7 @@ class TrainModule(nn.Module):
                 tokens = self._tap[:, txt.shape[1] : txt.shape[1] + n]
                 aux = self.irepa(tokens, irepa_target).float()
         self._tap = None
-        return self._velocity(v.to(x_t.dtype), x_t, t), aux
-
-    def _velocity(self, out: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
-        """The velocity that the DiT output ``out`` [B, C, H, W] stands for."""
-        if self.prediction == "velocity" or (self.prediction == "split" and self.detail == 1):
-            return out
-        tt = t.to(x_t.dtype).clamp_min(self.min_t).view(-1, *[1] * (x_t.dim() - 1))
-        if self.prediction == "x0":  # v = eps - x0 with eps = (x_t - (1 - t) x0) / t
-            return (x_t - out) / tt
-        # "split": v for the mean of each detail x detail block, x0 for what is left inside
-        # it; the detail of v is then (detail(x_t) - detail(x0)) / t, noise passed through.
-        coarse = _block_mean(out, self.detail)
-        return coarse + ((x_t - _block_mean(x_t, self.detail)) - (out - coarse)) / tt
+        return self.output.velocity(v.to(x_t.dtype), x_t, t), aux
 
 
 def build_autoencoder(spec: str, factor: int, device: torch.device) -> nn.Module:
@@ -125,8 +110,8 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     from krea2.trainer.text import build_text
 
     dcfg = dit_config(cfg, stage)
-    meta = cfg.model.init_device == "meta" or (
-        cfg.model.init_device == "auto" and param_count(dcfg) > 2_000_000_000
+    meta = cfg.model.init_device is InitDevice.META or (
+        cfg.model.init_device is InitDevice.AUTO and param_count(dcfg) > 2_000_000_000
     )
     weights_file = stage.init_from not in ("previous", "none") and Path(stage.init_from).is_file()
     if weights_file and meta:
@@ -145,7 +130,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         from krea2.dit.weights import load_weights
 
         load_weights(dit, stage.init_from)
-    dtype = getattr(torch, cfg.model.dtype)
+    dtype = getattr(torch, cfg.model.dtype.value)
     if not env.distributed and not meta:
         dit.to(dtype)
     par.apply_float8(dit, stage.float8, stage.float8_emulate, fsdp=env.distributed)
@@ -159,9 +144,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         text,
         head,
         autocast_dtype(cfg.model.autocast, env),
-        cfg.model.prediction,
-        cfg.model.x0_min_t,
-        detail_factor(cfg, stage),
+        parameterization(cfg, stage),
     )
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
@@ -185,36 +168,23 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     return module
 
 
-def _block_mean(x: Tensor, k: int) -> Tensor:
-    """Each k x k block of x [B, C, H, W] replaced by its mean."""
-    return torch.nn.functional.avg_pool2d(x, k).repeat_interleave(k, -2).repeat_interleave(k, -1)
+def parameterization(cfg: JobConfig, stage: StageConfig) -> Parameterization:
+    """What the DiT's output means in ``stage`` (its patch against the model's)."""
+    return Parameterization.for_patches(
+        cfg.model.prediction,
+        cfg.model.x0_min_t,
+        dit_config(cfg).patch,
+        dit_config(cfg, stage).patch,
+        f"stage {stage.name!r}",
+    )
 
 
-def detail_factor(cfg: JobConfig, stage: StageConfig) -> int:
-    """For ``prediction = "split"``: the stage's patch over the model's (1 when equal)."""
-    if cfg.model.prediction not in ("velocity", "x0", "split"):
-        raise UserError(
-            f"model.prediction = {cfg.model.prediction!r}; choose 'velocity', 'x0' or 'split'"
-        )
-    base, patch = dit_config(cfg).patch, dit_config(cfg, stage).patch
-    if cfg.model.prediction != "split" or patch <= base:
-        return 1
-    if patch % base:
-        raise UserError(
-            f"stage {stage.name!r}: prediction 'split' needs patch {patch} to be a multiple "
-            f"of the model's patch {base}"
-        )
-    return patch // base
-
-
-def autocast_dtype(mode: str, env: DistEnv) -> torch.dtype | None:
+def autocast_dtype(mode: Autocast, env: DistEnv) -> torch.dtype | None:
     """The forward's autocast dtype for ``ModelConfig.autocast`` on this layout."""
-    if mode == "none":
+    if mode is Autocast.NONE:
         return None
-    if mode == "bfloat16":
+    if mode is Autocast.BFLOAT16:
         return torch.bfloat16
-    if mode != "auto":
-        raise UserError(f"model.autocast = {mode!r}; choose 'none', 'bfloat16' or 'auto'")
     if env.distributed and env.device.type == "cuda":
         return None  # FSDP's MixedPrecisionPolicy already runs the forward in bf16
     if env.device.type == "cuda":

@@ -20,8 +20,8 @@ app = typer.Typer(
 def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = False) -> None:
     """Load, validate (before any work), then train. Shared by the CLI and ``-m krea2.trainer``."""
     from krea2.infra.logging import setup_logging
+    from krea2.trainer.config import load_job
     from krea2.trainer.distributed import shutdown, world_size
-    from krea2.trainer.jobfile import load_job
     from krea2.trainer.validate import validate_job
 
     cfg = load_job(config, overrides)

@@ -8,40 +8,115 @@ need the world size or the model shape live in :mod:`krea2.trainer.validate`.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import enum
+import functools
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from krea2.infra.shards import CAPTION_FORMATS
 
 
-class OptimizerName(enum.Enum):
+class OptimizerName(enum.StrEnum):
     ADAMW = "adamw"
     MUON = "muon"  # torch.optim.Muon on hidden matrices, AdamW on the rest
 
 
-class ScheduleDecay(enum.Enum):
+class ScheduleDecay(enum.StrEnum):
     LINEAR = "linear"
     SQRT = "sqrt"
     COSINE = "cosine"
 
 
-class SpikeAction(enum.Enum):
+class SpikeAction(enum.StrEnum):
     SKIP = "skip"  # drop this step's update
     ROLLBACK = "rollback"  # reload the last checkpoint and skip the offending batch
     LOG = "log"  # only report
 
 
-class Float8Recipe(enum.Enum):
+class Float8Recipe(enum.StrEnum):
     NONE = "none"
     TENSORWISE = "tensorwise"
     ROWWISE = "rowwise"
 
 
-class CheckpointingMode(enum.Enum):
+class CheckpointingMode(enum.StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+
+
+class ParamDtype(enum.StrEnum):
+    """Parameter dtype on one device (a ``torch`` attribute name)."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+class Autocast(enum.StrEnum):
+    """The forward's ``torch.autocast`` mode (see ``ModelConfig.autocast``)."""
+
+    NONE = "none"
+    BFLOAT16 = "bfloat16"
+    AUTO = "auto"
+
+
+class Prediction(enum.StrEnum):
+    """What the DiT's output means; :mod:`krea2.trainer.objective` turns each into v."""
+
+    VELOCITY = "velocity"
+    X0 = "x0"
+    SPLIT = "split"
+
+
+class InitDevice(enum.StrEnum):
+    """Where the DiT is built and initialised (see ``ModelConfig.init_device``)."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    META = "meta"
+
+
+class Backend(enum.StrEnum):
+    """The process group's backend; ``auto``: nccl on CUDA, gloo on CPU."""
+
+    AUTO = "auto"
+    GLOO = "gloo"
+    NCCL = "nccl"
+
+
+@functools.cache
+def _enum_fields(cls: type) -> dict[str, type[enum.Enum]]:
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if isinstance(hints[f.name], type) and issubclass(hints[f.name], enum.Enum)
+    }
+
+
+def parse_enum_fields(obj: Any) -> None:
+    """Turn the strings in ``obj``'s enum-typed fields into members, in place.
+
+    TOML goes through ``krea2.infra.config``, which already does this; configs built in
+    code may pass the plain string (``ModelConfig(autocast="auto")``). ValueError names
+    the field, the choices and the closest one.
+    """
+    for name, kind in _enum_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if isinstance(value, kind):
+            continue
+        choices = [m.value for m in kind]
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.0)
+            raise ValueError(
+                f"{name}={value!r} is not one of {choices}; did you mean {close[0]!r}?"
+            )
+        setattr(obj, name, kind(value))
 
 
 @dataclass
@@ -52,11 +127,11 @@ class ModelConfig:
     overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
     autoencoder: str = "pixel"  # "pixel" (PixelAE, the toy) or "qwen-image:/path", "flux2:/path"
     ae_factor: int = 1  # PixelAE space-to-depth factor
-    dtype: str = "float32"  # param dtype on one device; bf16 mixed precision comes from FSDP
+    dtype: ParamDtype = ParamDtype.FLOAT32  # on one device; FSDP brings bf16 mixed precision
     # Forward under torch.autocast on one device (fp32 master weights, bf16 matmuls):
     # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast, and on CPUs
     # only with AMX: 1.45x per toy step on 2 cores with it, 0.75x with avx512_bf16 alone).
-    autocast: str = "none"
+    autocast: Autocast = Autocast.NONE
     # What the DiT's output means (loss and sampler always work in v):
     # "velocity": v = eps - x, the release.
     # "x0": the clean latent, v = (x_t - x0) / max(t, x0_min_t), as in JiT; the noise never
@@ -66,10 +141,14 @@ class ModelConfig:
     #   starts exactly where the previous stage ended (its v, upsampled), and the noise of
     #   the new detail passes through analytically instead of through the width-D network
     #   (192 features at patch 8 against width 128 in the toy). Plain v where k = 1.
-    prediction: str = "velocity"
+    prediction: Prediction = Prediction.VELOCITY
     x0_min_t: float = 0.05
-    init_device: str = "auto"  # "cpu": seeded CPU build; "meta": build on meta, shard, then
-    # init on the device (no full copy in host memory); "auto": meta above 2B parameters
+    # "cpu": seeded CPU build; "meta": build on meta, shard, then init on the device (no
+    # full copy in host memory); "auto": meta above 2B parameters.
+    init_device: InitDevice = InitDevice.AUTO
+
+    def __post_init__(self) -> None:
+        parse_enum_fields(self)
 
 
 @dataclass
@@ -100,6 +179,9 @@ class OptimizerConfig:
     muon_lr: float | None = None  # None: same as lr (RMS-matched to AdamW)
     grad_clip: float = 1.0  # max global grad norm; 0 disables
 
+    def __post_init__(self) -> None:
+        parse_enum_fields(self)
+
 
 @dataclass
 class ScheduleConfig:
@@ -111,6 +193,7 @@ class ScheduleConfig:
     min_lr_factor: float = 0.0
 
     def __post_init__(self) -> None:
+        parse_enum_fields(self)
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps={self.warmup_steps} must be >= 0")
         if not 0.0 <= self.decay_ratio <= 1.0:
@@ -125,7 +208,7 @@ class ParallelConfig:
 
     dp: int = 0
     tp: int = 1
-    backend: str = "auto"  # auto: nccl on CUDA, gloo on CPU
+    backend: Backend = Backend.AUTO
     timeout_s: float = 600.0  # collective timeout
     async_tp: bool = False  # GPU + compile + tp > 2
     deterministic: bool = False  # torch deterministic algorithms (CPU tests, resume proofs)
@@ -133,6 +216,9 @@ class ParallelConfig:
     # CPU ranks: glibc malloc keeps freed blocks (krea2.infra.heap), so a step reuses the last
     # step's pages instead of faulting ~50 MB back in (toy DiT, batch 64).
     keep_freed_memory: bool = True
+
+    def __post_init__(self) -> None:
+        parse_enum_fields(self)
 
 
 @dataclass
@@ -180,6 +266,7 @@ class StageConfig:
     patch: int | None = None
 
     def __post_init__(self) -> None:
+        parse_enum_fields(self)
         if self.steps <= 0:
             raise ValueError(f"stage {self.name!r}: steps={self.steps} must be positive")
         if self.batch_size <= 0:
@@ -218,6 +305,9 @@ class StabilityConfig:
     window: int = 50
     max_bad_steps: int = 10  # consecutive skipped steps before the run stops
     max_bad_samples: float = 0.5  # fraction of undecodable samples in a batch that stops the run
+
+    def __post_init__(self) -> None:
+        parse_enum_fields(self)
 
 
 @dataclass
@@ -263,3 +353,15 @@ class JobConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"stage names must be unique; {sorted(dup)[0]!r} repeats")
+
+
+def load_job(path: str | Path | None = None, overrides: Sequence[str] = ()) -> JobConfig:
+    """The job config of a TOML file (None: the defaults) with ``--set`` overrides such as
+    ``optimizer.lr=3e-4`` or ``stages.1.steps=500`` (a number indexes ``[[stages]]``).
+
+    ConfigError (one message naming the key, the file and the closest valid key or value)
+    on any mistake; checks that need the world size are :func:`krea2.trainer.validate.validate_job`.
+    """
+    from krea2.infra.config import load_config
+
+    return load_config(JobConfig, path, overrides)

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from krea2.trainer.config import JobConfig
+from krea2.trainer.config import Backend, JobConfig
 from krea2.trainer.validate import parallel_degrees
 
 
@@ -80,8 +80,8 @@ def init_distributed(cfg: JobConfig) -> DistEnv:
             keep_freed_memory()
     if world == 1:
         return DistEnv(0, 1, device, 1, 1, 0, None)
-    backend = cfg.parallel.backend
-    if backend == "auto":
+    backend = cfg.parallel.backend.value
+    if cfg.parallel.backend is Backend.AUTO:
         backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(

@@ -1,4 +1,5 @@
-"""The rectified-flow objective with v-prediction, per-sample weights and time-bucket stats."""
+"""The rectified-flow objective: what the DiT predicts (v, x0 or split), per-sample weights,
+time-bucket stats."""
 
 from __future__ import annotations
 
@@ -9,8 +10,59 @@ import torch
 from torch import Tensor
 
 from krea2.dit import flow
+from krea2.infra.errors import UserError
+from krea2.trainer.config import Prediction
 
 TIME_BUCKETS = 4  # loss is also reported per quarter of t in [0, 1]
+
+
+def _block_mean(x: Tensor, k: int) -> Tensor:
+    """Each k x k block of x [B, C, H, W] replaced by its mean."""
+    return torch.nn.functional.avg_pool2d(x, k).repeat_interleave(k, -2).repeat_interleave(k, -1)
+
+
+@dataclass(frozen=True)
+class Parameterization:
+    """What the DiT's output stands for (``ModelConfig.prediction``) and how it becomes the
+    velocity v = noise - x0 that the loss and the sampler work in (contract 5).
+
+    ``min_t``: floor of t where x0 is turned into v = (x_t - x0) / t. ``detail``: for
+    ``split``, the side of the blocks whose mean is v and whose detail is x0 (1: plain v).
+    """
+
+    prediction: Prediction = Prediction.VELOCITY
+    min_t: float = 0.05
+    detail: int = 1
+
+    @classmethod
+    def for_patches(
+        cls, prediction: Prediction, min_t: float, model_patch: int, stage_patch: int, where: str
+    ) -> Parameterization:
+        """``split`` in a stage whose patch is k times the model's has detail k (1 when
+        equal); UserError (naming ``where``) when the stage's patch is not a multiple."""
+        detail = 1
+        if prediction is Prediction.SPLIT and stage_patch > model_patch:
+            if stage_patch % model_patch:
+                raise UserError(
+                    f"{where}: prediction 'split' needs patch {stage_patch} to be a multiple "
+                    f"of the model's patch {model_patch}"
+                )
+            detail = stage_patch // model_patch
+        return cls(prediction, min_t, detail)
+
+    def velocity(self, out: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
+        """The velocity [B, C, H, W] that the DiT output ``out`` [B, C, H, W] stands for, at
+        noised latents ``x_t`` [B, C, H, W] and flow time ``t`` [B]."""
+        plain_split = self.prediction is Prediction.SPLIT and self.detail == 1
+        if self.prediction is Prediction.VELOCITY or plain_split:
+            return out
+        tt = t.to(x_t.dtype).clamp_min(self.min_t).view(-1, *[1] * (x_t.dim() - 1))
+        if self.prediction is Prediction.X0:  # v = eps - x0 with eps = (x_t - (1 - t) x0) / t
+            return (x_t - out) / tt
+        # split: v for the mean of each detail x detail block, x0 for what is left inside
+        # it; the detail of v is then (detail(x_t) - detail(x0)) / t, noise passed through.
+        coarse = _block_mean(out, self.detail)
+        return coarse + ((x_t - _block_mean(x_t, self.detail)) - (out - coarse)) / tt
 
 
 @dataclass

@@ -121,10 +121,6 @@ def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
             f"model {model_cfg.name!r} has latent_channels={model_cfg.latent_channels} but "
             f"PixelAE(factor={cfg.model.ae_factor}) gives {3 * cfg.model.ae_factor**2}"
         )
-    if cfg.model.init_device not in ("auto", "cpu", "meta"):
-        raise UserError(f"model.init_device={cfg.model.init_device!r}; choose auto, cpu or meta")
-    if cfg.model.dtype not in ("float32", "bfloat16"):
-        raise UserError(f"model.dtype={cfg.model.dtype!r}; choose 'float32' or 'bfloat16'")
     if cfg.text.encoder not in TEXT_ENCODERS:
         raise UserError(f"text.encoder={cfg.text.encoder!r}; choose one of {TEXT_ENCODERS}")
     if cfg.text.encoder == "qwen3-vl" and (cfg.text.path is None or not cfg.text.path.exists()):
@@ -139,5 +135,3 @@ def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
             raise UserError(
                 f"stage {stage.name!r}: async_tp works through torch.compile; set compile = true"
             )
-    if cfg.parallel.backend not in ("auto", "gloo", "nccl"):
-        raise UserError(f"parallel.backend={cfg.parallel.backend!r}; choose auto, gloo or nccl")
