@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from krea2.infra.errors import UserError
+from krea2.infra.shards import write_shard
 from krea2.trainer.data import ShardIndex, StepBatches, batch_loader
-from krea2.trainer.testing import toy_rows, write_shard
+from krea2.trainer.testing import toy_rows
 
 
 @pytest.fixture
@@ -23,7 +24,9 @@ def mixed(tmp_path):
         for run in range(6):
             w = 32 if run % 2 == 0 else 48
             rows += toy_rows(4, w, 32, seed=10 * f + run, prefix=f"f{f}r{run}-")
-        paths.append(write_shard(tmp_path / f"m{f}.parquet", rows, "toy", 0, 4))
+        paths.append(
+            write_shard(rows, tmp_path / f"m{f}.parquet", stage="toy", seed=0, batch_size=4)
+        )
     return paths
 
 
@@ -77,7 +80,7 @@ class _Collect(logging.Handler):
 def test_bad_sample_is_zero_weighted_logged_and_the_shape_kept(tmp_path):
     rows = toy_rows(4, 32, 32, seed=0)
     rows[2]["image"] = b"\x89PNG\r\n\x1a\n-truncated"
-    path = write_shard(tmp_path / "bad.parquet", rows, "toy", 0, 4)
+    path = write_shard(rows, tmp_path / "bad.parquet", stage="toy", seed=0, batch_size=4)
     ds = StepBatches(ShardIndex([path], 4, 0, shuffle=False), 0, 1, 0, 1)
     seen = _Collect()
     logger = logging.getLogger("krea2.trainer.data")
@@ -97,11 +100,11 @@ def test_uri_rows_are_read_cropped_and_resized(tmp_path):
     from krea2.trainer.testing import draw
 
     src = tmp_path / "big.png"
-    Image.fromarray(draw("red", "square", 4, 96, 64)).save(src)
+    Image.fromarray(draw(0, 4, 96, 64)).save(src)  # class 0: a red square, in the center
     rows = toy_rows(2, 32, 32, seed=0)
     for r in rows:
         r.update(image=None, uri=f"file://{src}", crop=[16, 0, 80, 64])
-    path = write_shard(tmp_path / "uri.parquet", rows, "toy", 0, 2)
+    path = write_shard(rows, tmp_path / "uri.parquet", stage="toy", seed=0, batch_size=2)
     b = StepBatches(ShardIndex([path], 2, 0), 0, 1, 0, 1)[0]
     assert b["weight"].tolist() == [1.0, 1.0]
     center = b["pixels"][0, :, 16, 16].tolist()
@@ -111,8 +114,27 @@ def test_uri_rows_are_read_cropped_and_resized(tmp_path):
 def test_shard_breaking_the_contract_is_named(tmp_path):
     bad = tmp_path / "x.parquet"
     pq.write_table(pa.table({"key": ["a"], "meta": [json.dumps({})]}), bad)
-    with pytest.raises(UserError, match=r"x.parquet lacks column 'image'"):
+    with pytest.raises(UserError, match=r"x.parquet is missing column 'image'"):
         ShardIndex([bad], 4, 0)
+
+
+def test_shard_without_the_contract_metadata_is_named(tmp_path):
+    import pyarrow.parquet as pq
+
+    from krea2.infra.shards import shard_arrow_schema
+
+    rows = toy_rows(4, 32, 32, seed=0)
+    bare = tmp_path / "bare.parquet"  # the contract's columns, but no stage or batch size
+    pq.write_table(pa.Table.from_pylist(rows, schema=shard_arrow_schema()), bare)
+    with pytest.raises(UserError, match=r"bare.parquet lacks the 'krea2.stage' file metadata"):
+        ShardIndex([bare], 4, 0)
+
+
+def test_unreadable_shard_is_named(tmp_path):
+    torn = tmp_path / "torn.parquet"
+    torn.write_bytes(b"PAR1 not really")
+    with pytest.raises(UserError, match=r"torn.parquet is not a readable Parquet file"):
+        ShardIndex([torn], 4, 0)
 
 
 def test_batch_larger_than_every_run_is_explained(mixed):
@@ -141,7 +163,7 @@ def test_decode_workers_exit_when_the_trainer_is_killed(tmp_path):
     # Batches larger than a pipe's buffer: an orphaned worker's queue thread then blocks
     # forever on a pipe nobody reads, so the DataLoader's own parent watchdog never exits it.
     rows = toy_rows(16, 256, 256, seed=0)
-    shard = write_shard(tmp_path / "big.parquet", rows, "toy", 0, 4)
+    shard = write_shard(rows, tmp_path / "big.parquet", stage="toy", seed=0, batch_size=4)
     script = tmp_path / "loader.py"
     script.write_text(KILLED_LOADER)
     proc = subprocess.Popen(

@@ -12,7 +12,7 @@ from krea2.trainer.config import OptimizerConfig, OptimizerName, ScheduleConfig,
 from krea2.trainer.objective import draw_time_and_noise, sample_generator, weighted_loss
 from krea2.trainer.optim import build_optimizers, clip_grad_norm, split_parameters
 from krea2.trainer.schedule import in_stable_phase, wsd_factor
-from krea2.trainer.testing import scene_captions
+from krea2.trainer.testing import blob_captions
 
 
 def test_wsd_warms_up_holds_and_decays_without_reaching_zero():
@@ -76,7 +76,7 @@ def test_clip_grad_norm_matches_torch():
 
 
 def test_caption_formats_follow_their_weights_and_dropout():
-    caps = scene_captions("red", "disc", 4)
+    caps = blob_captions(1, 4)
     weights = {"long": 0.5, "short": 0.5, "json": 0.0}
     g = torch.Generator().manual_seed(0)
     draws = [choose_caption(caps, weights, 0.2, g) for _ in range(4000)]

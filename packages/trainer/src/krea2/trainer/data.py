@@ -21,7 +21,13 @@ import torch
 
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
-from krea2.infra.shards import METADATA_BATCH_SIZE, METADATA_STAGE, parse_bucket, shard_arrow_schema
+from krea2.infra.shards import (
+    METADATA_BATCH_SIZE,
+    METADATA_STAGE,
+    ShardSchemaError,
+    parse_bucket,
+    validate_shard_file,
+)
 
 log = get_logger("trainer.data")
 
@@ -39,20 +45,6 @@ class BatchRef:
     def size(self) -> tuple[int, int]:
         """(width, height) in pixels."""
         return parse_bucket(self.bucket)
-
-
-def _check_schema(path: Path, schema: Any) -> None:
-    expected = shard_arrow_schema()
-    for f in expected:
-        if f.name not in schema.names:
-            raise UserError(
-                f"shard {path} lacks column {f.name!r}; it does not follow the contract"
-            )
-        if not schema.field(f.name).type.equals(f.type):
-            raise UserError(
-                f"shard {path}: column {f.name!r} has type {schema.field(f.name).type}, "
-                f"expected {f.type}"
-            )
 
 
 class ShardIndex:
@@ -76,10 +68,10 @@ class ShardIndex:
         batches: list[BatchRef] = []
         for fi, path in enumerate(self.files):
             try:
-                pf = pq.ParquetFile(path)
-            except Exception as exc:  # pyarrow raises several types for unreadable files
-                raise UserError(f"shard {path} is not a readable Parquet file: {exc}") from None
-            _check_schema(path, pf.schema_arrow)
+                validate_shard_file(path)
+            except ShardSchemaError as exc:
+                raise UserError(str(exc)) from None
+            pf = pq.ParquetFile(path)
             meta = pf.schema_arrow.metadata or {}
             if METADATA_STAGE in meta:
                 self.stages.add(meta[METADATA_STAGE].decode())

@@ -1,5 +1,11 @@
-"""Small synthetic training shards (coloured squares and discs on a 3x3 grid) for tests and
-benchmarks, written with pyarrow to the ``krea2.infra.shards`` contract."""
+"""Synthetic training shards for tests and benchmarks: numbered classes of coloured blobs.
+
+Each image is one blob (a square or a disc of one palette colour) filling most of one cell
+of a 3x3 grid on black; its captions name the class and the cell by number ("blob 5 in
+cell 4"), so the trainer carries no world's vocabulary. Tests that need ShapesWorld's words
+and verifier live in the root ``tests/`` and take their shards from ``krea2.curate``.
+Shards are written through ``krea2.infra.shards.write_shard`` (the contract's writer).
+"""
 
 from __future__ import annotations
 
@@ -9,49 +15,43 @@ from pathlib import Path
 
 import numpy as np
 
-COLORS = {
-    "red": (230, 40, 40),
-    "green": (40, 200, 60),
-    "blue": (50, 90, 230),
-    "yellow": (240, 220, 40),
-}
-SHAPES = ("square", "disc")
-CELLS = (
-    "top left",
-    "top",
-    "top right",
-    "left",
-    "center",
-    "right",
-    "bottom left",
-    "bottom",
-    "bottom right",
+from krea2.infra.shards import write_shard
+
+PALETTE: tuple[tuple[int, int, int], ...] = (  # RGB
+    (230, 40, 40),
+    (40, 200, 60),
+    (50, 90, 230),
+    (240, 220, 40),
 )
+FORMS = ("square", "disc")
+CLASSES = len(PALETTE) * len(FORMS)  # class k: colour PALETTE[k // 2], form FORMS[k % 2]
+CELLS = 9  # row-major 3x3 grid
 
 
-def draw(color: str, shape: str, cell: int, width: int, height: int) -> np.ndarray:
-    """uint8 [H, W, 3]: one shape filling most of a grid cell, on black."""
+def draw(blob_class: int, cell: int, width: int, height: int) -> np.ndarray:
+    """uint8 [H, W, 3]: the blob of ``blob_class`` filling most of grid ``cell``, on black."""
+    color, form = PALETTE[blob_class // len(FORMS)], FORMS[blob_class % len(FORMS)]
     img = np.zeros((height, width, 3), dtype=np.uint8)
     cw, ch = width / 3, height / 3
     cx, cy = (cell % 3 + 0.5) * cw, (cell // 3 + 0.5) * ch
     r = 0.42 * min(cw, ch)
     yy, xx = np.mgrid[0:height, 0:width] + 0.5
-    if shape == "square":
+    if form == "square":
         inside = (np.abs(xx - cx) <= r) & (np.abs(yy - cy) <= r)
     else:
         inside = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
-    img[inside] = COLORS[color]
+    img[inside] = color
     return img
 
 
-def scene_captions(color: str, shape: str, cell: int) -> list[dict]:
-    where = CELLS[cell]
-    spec = {"objects": [{"color": color, "shape": shape, "cell": cell}]}
+def blob_captions(blob_class: int, cell: int) -> list[dict]:
+    """One caption per contract format (long, medium, short, tags, json)."""
+    spec = {"objects": [{"class": blob_class, "cell": cell}]}
     return [
-        {"format": "long", "text": f"a {color} {shape} in the {where} of a black background"},
-        {"format": "medium", "text": f"a {color} {shape} in the {where}"},
-        {"format": "short", "text": f"{color} {shape}"},
-        {"format": "tags", "text": f"{color}, {shape}, {where}"},
+        {"format": "long", "text": f"blob {blob_class} in cell {cell} of a black background"},
+        {"format": "medium", "text": f"blob {blob_class} in cell {cell}"},
+        {"format": "short", "text": f"blob {blob_class}"},
+        {"format": "tags", "text": f"blob {blob_class}, cell {cell}"},
         {"format": "json", "text": json.dumps(spec)},
     ]
 
@@ -64,51 +64,26 @@ def png_bytes(pixels: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def write_shard(path: Path, rows: list[dict], stage: str, seed: int, batch_size: int) -> Path:
-    """Write rows (dicts with the contract's columns) as one Parquet shard with metadata."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from krea2.infra.shards import (
-        METADATA_BATCH_SIZE,
-        METADATA_SEED,
-        METADATA_STAGE,
-        shard_arrow_schema,
-        validate_shard_table,
-    )
-
-    schema = shard_arrow_schema().with_metadata(
-        {
-            METADATA_STAGE: stage.encode(),
-            METADATA_SEED: str(seed).encode(),
-            METADATA_BATCH_SIZE: str(batch_size).encode(),
-        }
-    )
-    table = pa.Table.from_pylist(rows, schema=schema)
-    validate_shard_table(table)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, row_group_size=max(batch_size, 64))
-    return path
-
-
 def toy_rows(n: int, width: int, height: int, seed: int, prefix: str = "s") -> list[dict]:
+    """``n`` contract rows of bucket ``width`` x ``height``, blobs drawn from ``seed``."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
-        color = list(COLORS)[rng.integers(len(COLORS))]
-        shape = SHAPES[rng.integers(len(SHAPES))]
-        cell = int(rng.integers(9))
+        color = int(rng.integers(len(PALETTE)))
+        form = int(rng.integers(len(FORMS)))
+        cell = int(rng.integers(CELLS))
+        blob_class = color * len(FORMS) + form
         rows.append(
             {
                 "key": f"{prefix}{seed}-{i:06d}",
-                "image": png_bytes(draw(color, shape, cell, width, height)),
+                "image": png_bytes(draw(blob_class, cell, width, height)),
                 "uri": None,
                 "crop": None,
                 "width": width,
                 "height": height,
                 "bucket": f"{width}x{height}",
-                "captions": scene_captions(color, shape, cell),
-                "meta": json.dumps({"color": color, "shape": shape, "cell": cell}),
+                "captions": blob_captions(blob_class, cell),
+                "meta": json.dumps({"class": blob_class, "cell": cell}),
             }
         )
     return rows
@@ -128,11 +103,11 @@ def write_toy_shards(
     per = -(-n // files)
     return [
         write_shard(
-            directory / f"shard-{k:03d}.parquet",
             rows[k * per : (k + 1) * per],
-            stage,
-            seed,
-            batch_size,
+            directory / f"shard-{k:03d}.parquet",
+            stage=stage,
+            seed=seed,
+            batch_size=batch_size,
         )
         for k in range(files)
         if rows[k * per : (k + 1) * per]
