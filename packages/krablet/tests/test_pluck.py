@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from krea2.infra.errors import UserError
-from krea2.krablet import Table, Warehouse, pluck
+from krea2.krablet import PluckTable, PluckWorker, Table, Warehouse
 
 PICS = Table(
     "pics",
@@ -61,13 +61,13 @@ def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(c
         with cluster.connect(i) as conn:
             conn.execute("ANALYZE pics")
     path = cluster.save(tmp_path / "cluster.json")
-    t = pluck.Table("pics", key="pic", where="area IS NULL", cluster=wh)
+    t = PluckTable("pics", key="pic", where="area IS NULL", cluster=wh)
     h = t.map(area, batch_size=100, rows_per_task=300)
-    h2 = pluck.Table("pics", key="pic", cluster=wh).map(Labeler, batch_size=200)
+    h2 = PluckTable("pics", key="pic", cluster=wh).map(Labeler, batch_size=200)
     # a job signed with another secret, as if injected by someone without the cluster file
     other = type(cluster)(cluster.shards, secret="a-different-secret-0123456789")
     forged = Warehouse(other, wh.tables.values())
-    bad = pluck.Table("pics", key="pic", cluster=forged).map(lambda rows: 1 / 0)
+    bad = PluckTable("pics", key="pic", cluster=forged).map(lambda rows: 1 / 0)
     assert h.progress().tasks > 4  # the keyspace was split into several ranges per shard
     procs = workers(path)
     buf = io.StringIO()
@@ -92,6 +92,6 @@ def test_pluck_maps_over_two_shards_with_two_workers_and_refuses_unsigned_jobs(c
 def test_pluck_refuses_to_sign_or_run_without_a_real_secret(cluster):
     wh = Warehouse(type(cluster)(cluster.shards, secret=""), [PICS])
     with pytest.raises(UserError, match="secret"):
-        pluck.Table("pics", cluster=wh).map(area)
+        PluckTable("pics", cluster=wh).map(area)
     with pytest.raises(UserError, match="secret"):
-        pluck.PluckWorker(wh)
+        PluckWorker(wh)

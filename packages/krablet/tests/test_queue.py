@@ -172,7 +172,7 @@ def test_complete_refuses_unknown_columns_and_null_done_marker(cluster1):
 
 
 def _claim_plan(conn, q, n: int) -> dict:
-    query = q._sql["claim"].as_string(conn)
+    query = q.statements["claim"].as_string(conn)
     with conn.transaction():
         cur = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query,

@@ -7,7 +7,7 @@ import pytest
 from krea2.infra.errors import UserError
 from krea2.krablet import Job, Table, Warehouse
 from krea2.krablet.cluster import redact, shard_of
-from krea2.krablet.schema import schema_fingerprint
+from krea2.krablet.migration import schema_fingerprint
 
 
 def images_v1() -> Table:

@@ -8,9 +8,7 @@ import pytest
 from krea2.infra.errors import UserError
 from krea2.krablet import FunnelClient, RpcClient, Table, Warehouse
 from krea2.krablet.cluster import Cluster
-from krea2.krablet.funnel import make_funnel_app
-from krea2.krablet.rpc import make_rpc_app
-from krea2.krablet.service import Served, check_bind
+from krea2.krablet.service import Served, check_bind, make_funnel_app, make_rpc_app
 
 IMAGES = Table("images", columns={"width": "integer", "src": "text", "raw": "bytea"})
 

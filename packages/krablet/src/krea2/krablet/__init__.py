@@ -1,14 +1,49 @@
 """krea2.krablet: the sharded PostgreSQL warehouse, its job queue and the pluck map API."""
 
-from krea2.krablet.cluster import Cluster, load_cluster
-from krea2.krablet.funnel import Funnel, FunnelClient, FunnelError
-from krea2.krablet.queue import Claim, Queue
-from krea2.krablet.rpc import Reader, RpcClient
-from krea2.krablet.schema import Job, Table
-from krea2.krablet.warehouse import Warehouse
-from krea2.krablet.worker import Worker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from krea2.krablet.cluster import Cluster, default_cluster_source, load_cluster
+    from krea2.krablet.embedded import start_shard, stop_shard
+    from krea2.krablet.funnel import Funnel, FunnelError
+    from krea2.krablet.pluck import Handle, PluckTable
+    from krea2.krablet.pluck_worker import PluckWorker
+    from krea2.krablet.queue import Claim, Queue
+    from krea2.krablet.reader import Reader
+    from krea2.krablet.schema import Job, Table
+    from krea2.krablet.service import FunnelClient, RpcClient, Served
+    from krea2.krablet.warehouse import Warehouse
+    from krea2.krablet.worker import Worker
 
 __version__ = "0.1.0"
+
+# public name → the module defining it; imported on first use, so `import krea2.krablet` (and
+# the `krea2` command, which loads every package's CLI) stays cheap
+_HOMES = {
+    "Claim": "queue",
+    "Cluster": "cluster",
+    "Funnel": "funnel",
+    "FunnelClient": "service",
+    "FunnelError": "funnel",
+    "Handle": "pluck",
+    "Job": "schema",
+    "PluckTable": "pluck",
+    "PluckWorker": "pluck_worker",
+    "Queue": "queue",
+    "Reader": "reader",
+    "RpcClient": "service",
+    "Served": "service",
+    "Table": "schema",
+    "Warehouse": "warehouse",
+    "Worker": "worker",
+    "default_cluster_source": "cluster",
+    "load_cluster": "cluster",
+    "start_shard": "embedded",
+    "stop_shard": "embedded",
+}
 
 __all__ = [
     "Claim",
@@ -16,12 +51,28 @@ __all__ = [
     "Funnel",
     "FunnelClient",
     "FunnelError",
+    "Handle",
     "Job",
+    "PluckTable",
+    "PluckWorker",
     "Queue",
     "Reader",
     "RpcClient",
+    "Served",
     "Table",
     "Warehouse",
     "Worker",
+    "default_cluster_source",
     "load_cluster",
+    "start_shard",
+    "stop_shard",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value

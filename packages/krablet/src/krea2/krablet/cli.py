@@ -138,12 +138,15 @@ def worker(
 
         start_exporter(port=metrics_port)
     if pluck:
-        from krea2.krablet.pluck import PluckWorker
+        from krea2.krablet.pluck_worker import PluckWorker
 
-        stats = PluckWorker(wh, concurrency=concurrency).run(
-            until_empty=until_empty, install_signals=True
+        pw = PluckWorker(wh, concurrency=concurrency, lease_s=lease_s)
+        stats = pw.run(until_empty=until_empty, install_signals=True)
+        typer.echo(
+            f"pluck worker {pw.owner} done: {stats.completed} ranges completed, {stats.failed} "
+            f"failed ({pw.runner.refused} refused), {stats.released} released"
         )
-        typer.echo(f"pluck worker done: {stats}")
+        wh.close()
         return
     if not job or "." not in job:
         raise UserError("--job must be TABLE.JOB, e.g. --job images.ocr (or pass --pluck)")
@@ -189,8 +192,7 @@ def funnel(
 
     Example: krea2 krablet funnel --port 7431
     """
-    from krea2.krablet.funnel import make_funnel_app
-    from krea2.krablet.service import check_bind
+    from krea2.krablet.service import check_bind, make_funnel_app
 
     check_bind(host, token)
     wh = _warehouse(cluster)
@@ -214,8 +216,7 @@ def rpc(
 
     Example: krea2 krablet rpc --port 7432
     """
-    from krea2.krablet.rpc import make_rpc_app
-    from krea2.krablet.service import check_bind
+    from krea2.krablet.service import check_bind, make_rpc_app
 
     check_bind(host, token)
     wh = _warehouse(cluster)

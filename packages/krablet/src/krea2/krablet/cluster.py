@@ -9,6 +9,7 @@ import re
 import secrets
 import threading
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,14 @@ class Cluster:
             return psycopg.connect(self.shards[shard], **kwargs)
         except psycopg.OperationalError as exc:
             raise ShardUnavailable(shard, self.shards[shard], exc) from None
+
+    def connection(self, shard: int) -> AbstractContextManager[psycopg.Connection]:
+        """A pooled autocommit connection to one shard, returned to the pool on exit.
+
+        Every query krablet sends to a shard gets its connection here (the funnel's writers and
+        migrations hold their own, from :meth:`connect`).
+        """
+        return self.pool(shard).connection()
 
     def pool(self, shard: int, max_size: int = 8) -> ConnectionPool:
         """A shared, lazily opened connection pool for one shard (autocommit connections).

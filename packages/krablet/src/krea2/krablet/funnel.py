@@ -20,21 +20,18 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from krea2.infra.errors import UserError
-from krea2.krablet.batch_sql import column_params, unnest_from, value_expr
-from krea2.krablet.cluster import key_hash
-from krea2.krablet.schema import Table
-
-if TYPE_CHECKING:
-    from krea2.krablet.warehouse import Warehouse
+from krea2.krablet.cluster import ShardUnavailable, key_hash
+from krea2.krablet.schema import Table, WarehouseView
+from krea2.krablet.sql.arrays import column_params
+from krea2.krablet.sql.writes import WRITES, written_columns
 
 log = logging.getLogger(__name__)
-OPS = ("upsert", "patch")
 
 
 class FunnelError(UserError):
@@ -48,41 +45,6 @@ class _Group:
     columns: tuple[str, ...]
     rows: dict[Any, dict[str, Any]] = field(default_factory=dict)
     seq: int = 0
-
-
-def write_statement(t: Table, op: str, columns: tuple[str, ...]) -> sql.Composable:
-    """The one statement that writes a batch of rows with these columns (key first)."""
-    typed = [("_k", t.key_type)] + [(c, t.all_columns[c]) for c in columns]
-    tbl, key = sql.Identifier(t.name), sql.Identifier(t.key)
-    cols = [sql.Identifier(c) for c in columns]
-    if op == "patch":
-        sets = sql.SQL(", ").join(
-            sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ))
-            for c, typ in typed[1:]
-        )
-        changed = sql.SQL(" OR ").join(
-            sql.SQL("w.{} IS DISTINCT FROM {}").format(sql.Identifier(c), value_expr("v", c, typ))
-            for c, typ in typed[1:]
-        )
-        return sql.SQL(
-            "UPDATE {t} w SET {sets} FROM {src} WHERE w.{k} = v._k AND ({changed})"
-        ).format(t=tbl, sets=sets, src=unnest_from(typed), k=key, changed=changed)
-    exprs = sql.SQL(", ").join(value_expr("v", c, typ) for c, typ in typed)
-    insert = sql.SQL("INSERT INTO {t} AS w ({k}{cols}) SELECT {exprs} FROM {src}").format(
-        t=tbl,
-        k=key,
-        cols=sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols),
-        exprs=exprs,
-        src=unnest_from(typed),
-    )
-    if not columns:
-        return sql.SQL("{} ON CONFLICT ({}) DO NOTHING").format(insert, key)
-    sets = sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in cols)
-    old = sql.SQL(", ").join(sql.SQL("w.{}").format(c) for c in cols)
-    new = sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(c) for c in cols)
-    return sql.SQL(
-        "{} ON CONFLICT ({}) DO UPDATE SET {} WHERE ROW({}) IS DISTINCT FROM ROW({})"
-    ).format(insert, key, sets, old, new)
 
 
 class _ShardWriter(threading.Thread):
@@ -169,16 +131,14 @@ class _ShardWriter(threading.Thread):
     def _connect(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
             options = {} if self.funnel.durable else {"options": "-c synchronous_commit=off"}
-            self.conn = psycopg.connect(
-                self.funnel.wh.cluster.shards[self.shard], autocommit=True, **options
-            )
+            self.conn = self.funnel.wh.cluster.connect(self.shard, **options)
         return self.conn
 
     def _prepare(self, group: _Group) -> tuple[sql.Composable, dict[str, list]]:
         t = self.funnel.wh.table(group.table)
         keys = sorted(group.rows)
         rows = [(k, *(group.rows[k].get(c) for c in group.columns)) for k in keys]
-        typed = [("_k", t.key_type)] + [(c, t.all_columns[c]) for c in group.columns]
+        typed = written_columns(t, group.columns)
         return self.funnel.statement(t, group.op, group.columns), column_params(typed, rows)
 
     def _write(self, groups: list[_Group]) -> list[str]:
@@ -197,7 +157,7 @@ class _ShardWriter(threading.Thread):
                 self.batches += len(stmts)
                 self.rows_written += sum(len(g.rows) for g in groups)
                 return []
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, ShardUnavailable) as exc:
                 if self.stopping and self.funnel.give_up_on_close:
                     return [f"shard {self.shard} unreachable at close: {exc}"]
                 log.warning(
@@ -233,7 +193,7 @@ class Funnel:
 
     def __init__(
         self,
-        wh: Warehouse,
+        wh: WarehouseView,
         durable: bool = True,
         max_batch: int = 1000,
         linger_s: float = 0.0,
@@ -265,7 +225,7 @@ class Funnel:
         sig = (t.name, op, columns)
         stmt = self._statements.get(sig)
         if stmt is None:
-            stmt = self._statements[sig] = write_statement(t, op, columns)
+            stmt = self._statements[sig] = WRITES[op](t, columns)
         return stmt
 
     def _route(self, table: str, op: str, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -336,78 +296,6 @@ class Funnel:
                     w.conn.close()
 
     def __enter__(self) -> Funnel:
-        return self
-
-    def __exit__(self, exc_type, *exc: object) -> None:
-        self.close(flush=exc_type is None)
-
-
-def make_funnel_app(
-    wh: Warehouse, durable: bool = True, token: str | None = None, writers_per_shard: int = 8
-):
-    """The funnel as a service: POST /v1/upsert, /v1/patch ({table, rows}) and /v1/flush."""
-    from krea2.krablet.service import decode_row, json_app
-
-    funnel = Funnel(wh, durable=durable, writers_per_shard=writers_per_shard)
-
-    def rows_of(p: dict) -> list[dict]:
-        rows = p["rows"]
-        if not isinstance(rows, list):
-            raise UserError("'rows' must be a list of objects")
-        return [decode_row(r) for r in rows]
-
-    def flush(p: dict) -> bool:
-        try:
-            funnel.flush(timeout=p.get("timeout"))
-        except FunnelError as exc:
-            exc.http_status = 422
-            raise
-        return True
-
-    app = json_app(
-        {
-            "/v1/upsert": lambda p: funnel.upsert(p["table"], rows_of(p)),
-            "/v1/patch": lambda p: funnel.patch(p["table"], rows_of(p)),
-            "/v1/flush": flush,
-        },
-        token=token,
-    )
-    app.state.funnel = funnel
-    return app
-
-
-class FunnelClient:
-    """The :class:`Funnel` API over HTTP: ``FunnelClient("http://127.0.0.1:7431", token=...)``."""
-
-    def __init__(self, url: str, token: str | None = None, timeout: float = 120.0) -> None:
-        from krea2.krablet.service import Client
-
-        self._c = Client(url, token, timeout)
-
-    def _send(self, op: str, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        from krea2.krablet.service import encode_row
-
-        return int(
-            self._c.call(f"/v1/{op}", {"table": table, "rows": [encode_row(dict(r)) for r in rows]})
-        )
-
-    def upsert(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        return self._send("upsert", table, rows)
-
-    def patch(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        return self._send("patch", table, rows)
-
-    def flush(self, timeout: float | None = None) -> None:
-        self._c.call("/v1/flush", {"timeout": timeout})
-
-    def close(self, flush: bool = True) -> None:
-        try:
-            if flush:
-                self.flush()
-        finally:
-            self._c.close()
-
-    def __enter__(self) -> FunnelClient:
         return self
 
     def __exit__(self, exc_type, *exc: object) -> None:

@@ -1,4 +1,4 @@
-"""krablet's Prometheus metrics (through :mod:`krea2.infra.metrics`) and the SQL that feeds them.
+"""krablet's Prometheus metrics (through :mod:`krea2.infra.metrics`) and what feeds them.
 
 Per job and shard: backlog (the autoscaling signal: ready rows counted through the queue's
 index with a cap, never ``count(*)`` of a wide table), leased and backing-off rows, oldest-ready
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from krea2.infra import metrics as m
+from krea2.krablet.sql import reads
 
 if TYPE_CHECKING:
     from krea2.krablet.warehouse import Warehouse
@@ -45,16 +46,10 @@ xmin_age = m.gauge(
     PKG, "oldest_xmin_age_seconds", "Age of the oldest open transaction.", ("shard",), "max"
 )
 
-SHARD_HEALTH_SQL = """
-SELECT coalesce(sum(n_dead_tup), 0)::bigint,
-       coalesce(sum(n_tup_hot_upd)::float / nullif(sum(n_tup_upd), 0), 0),
-       (SELECT coalesce(extract(epoch FROM now() - min(xact_start)), 0) FROM pg_stat_activity
-         WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid())
-FROM pg_stat_user_tables"""
-
 
 def shard_health(conn: psycopg.Connection) -> dict[str, float]:
-    dead, hot, xmin = conn.execute(SHARD_HEALTH_SQL).fetchone()
+    """Dead tuples, HOT-update ratio and oldest open transaction's age (s) of one shard."""
+    dead, hot, xmin = conn.execute(reads.shard_health()).fetchone()
     return {
         "dead_tuples": int(dead),
         "hot_update_ratio": float(hot),
@@ -77,7 +72,7 @@ def refresh(wh: Warehouse, cap: int = 100_000) -> dict[str, Any]:
                 backing_off.labels(*labels).set(q["backing_off"])
                 oldest_ready.labels(*labels).set(q["oldest_ready_s"])
         try:
-            with wh.cluster.pool(entry["shard"]).connection() as conn:
+            with wh.cluster.connection(entry["shard"]) as conn:
                 health = shard_health(conn)
         except psycopg.Error:
             continue

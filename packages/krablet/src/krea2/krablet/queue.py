@@ -19,15 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from krea2.infra.errors import UserError
-from krea2.krablet.batch_sql import column_params, unnest_from, value_expr
 from krea2.krablet.cluster import Cluster
 from krea2.krablet.schema import Job, Table
-
-ASYNC_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true))"
+from krea2.krablet.sql import queue as queue_sql
+from krea2.krablet.sql.arrays import column_params
 
 
 @dataclass
@@ -59,87 +57,20 @@ class Queue:
         self.table = table
         self.job = table.job(job) if isinstance(job, str) else job
         self.owner = owner or f"pid-{secrets.token_hex(4)}"
-        self._q = sql.Identifier(table.queue_table(self.job.name))
-        self._t = sql.Identifier(table.name)
-        self._k = sql.Identifier(table.key)
         inputs = list(self.job.inputs) if self.job.inputs else list(table.columns)
         self.inputs = [c for c in inputs if c != table.key]
-        self._result_columns = [("_k", table.key_type)] + [
-            (c, table.all_columns[c]) for c in self.job.results
-        ]
-        self._sql = self._statements()
-
-    # -- SQL, built once per queue --------------------------------------------------------
-    def _statements(self) -> dict[str, sql.Composable]:
-        q, t, k = self._q, self._t, self._k
-        key_type = sql.SQL(self.table.key_type)
-        cols = sql.SQL(", ").join(
-            [
-                sql.SQL("w.{}").format(k),
-                *[sql.SQL("w.{}").format(sql.Identifier(c)) for c in self.inputs],
-            ]
-        )
-        return {
-            "claim": sql.SQL("""
-WITH c AS MATERIALIZED (
-    SELECT key FROM {q} WHERE next_try_at <= now()
-    ORDER BY next_try_at LIMIT %(n)s FOR UPDATE SKIP LOCKED
-), live AS MATERIALIZED (
-    SELECT {k} AS key FROM {t} WHERE {k} IN (SELECT key FROM c) AND ({pred})
-), stale AS (
-    DELETE FROM {q} q USING (SELECT key FROM c EXCEPT ALL SELECT key FROM live) s
-    WHERE q.key = s.key
-), upd AS (
-    UPDATE {q} q SET next_try_at = now() + make_interval(secs => %(lease)s),
-        attempts = q.attempts + 1, owner = %(owner)s, token = %(token)s, last_tried_at = now()
-    FROM live WHERE q.key = live.key RETURNING q.key, q.attempts
-)
-SELECT {cols}, upd.attempts AS "_attempts", {async_commit} AS "_async"
-FROM upd JOIN {t} w ON w.{k} = upd.key ORDER BY upd.key""").format(
-                q=q,
-                t=t,
-                k=k,
-                pred=sql.SQL(self.job.predicate()),
-                cols=cols,
-                async_commit=sql.SQL(ASYNC_COMMIT),
-            ),
-            "complete": sql.SQL("""
-WITH done AS (
-    DELETE FROM {q} q USING unnest(%(p0)s::{kt}[]) AS d(key)
-    WHERE q.key = d.key AND q.token = %(token)s RETURNING q.key
-)
-UPDATE {t} w SET {sets}
-FROM {source}
-WHERE w.{k} = v._k AND v._k IN (SELECT key FROM done)
-RETURNING w.{k}""").format(
-                q=q,
-                t=t,
-                k=k,
-                kt=key_type,
-                sets=sql.SQL(", ").join(
-                    sql.SQL("{} = {}").format(sql.Identifier(c), value_expr("v", c, typ))
-                    for c, typ in self._result_columns[1:]
-                ),
-                source=unnest_from(self._result_columns),
-            ),
-            "fail": sql.SQL("""
-UPDATE {q} q SET
-    next_try_at = now() + make_interval(secs => least(%(max_backoff)s,
-        %(backoff)s * power(2, greatest(q.attempts - 1, 0))) * (0.75 + 0.5 * random())),
-    last_error = e.err, owner = NULL, token = NULL
-FROM unnest(%(keys)s::{kt}[], %(errors)s::text[]) AS e(key, err)
-WHERE q.key = e.key AND q.token = %(token)s RETURNING q.key""").format(q=q, kt=key_type),
-            "heartbeat": sql.SQL("""
-UPDATE {q} SET next_try_at = now() + make_interval(secs => %(lease)s)
-WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s
-RETURNING key, {async_commit}""").format(q=q, kt=key_type, async_commit=sql.SQL(ASYNC_COMMIT)),
-            "release": sql.SQL("""
-UPDATE {q} SET next_try_at = now(), attempts = greatest(attempts - 1, 0), owner = NULL, token = NULL
-WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format(q=q, kt=key_type),
+        self._result_columns = queue_sql.result_columns(table, self.job)
+        # built once per queue: the statements this queue sends
+        self.statements = {
+            "claim": queue_sql.claim_batch(table, self.job, self.inputs),
+            "complete": queue_sql.complete_rows(table, self.job),
+            "fail": queue_sql.fail_rows(table, self.job),
+            "heartbeat": queue_sql.heartbeat_rows(table, self.job),
+            "release": queue_sql.release_rows(table, self.job),
         }
 
     def _conn(self, shard: int):
-        return self.cluster.pool(shard).connection()
+        return self.cluster.connection(shard)
 
     # -- operations -------------------------------------------------------------------------
     def claim(self, shard: int, n: int, lease_s: float | None = None) -> Claim:
@@ -150,7 +81,8 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
         lease = float(lease_s if lease_s is not None else self.job.lease_s)
         with self._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
             cur.execute(
-                self._sql["claim"], {"n": n, "lease": lease, "owner": self.owner, "token": token}
+                self.statements["claim"],
+                {"n": n, "lease": lease, "owner": self.owner, "token": token},
             )
             rows = cur.fetchall()
         attempts = {}
@@ -196,7 +128,7 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
         params: dict[str, Any] = column_params(self._result_columns, rows)
         params["token"] = claim.token
         with self._conn(claim.shard) as conn:
-            written = [r[0] for r in conn.execute(self._sql["complete"], params).fetchall()]
+            written = [r[0] for r in conn.execute(self.statements["complete"], params).fetchall()]
         return written
 
     def fail(
@@ -216,7 +148,7 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
             "max_backoff": self.job.max_backoff_s,
         }
         with self._conn(claim.shard) as conn:
-            return [r[0] for r in conn.execute(self._sql["fail"], params).fetchall()]
+            return [r[0] for r in conn.execute(self.statements["fail"], params).fetchall()]
 
     def heartbeat(
         self, claim: Claim, keys: Sequence[Any] | None = None, lease_s: float | None = None
@@ -229,7 +161,7 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
             "lease": lease,
         }
         with self._conn(claim.shard) as conn:
-            return [r[0] for r in conn.execute(self._sql["heartbeat"], params).fetchall()]
+            return [r[0] for r in conn.execute(self.statements["heartbeat"], params).fetchall()]
 
     def release(self, claim: Claim, keys: Sequence[Any] | None = None) -> list[Any]:
         """Give rows back unprocessed: ready again at once, the attempt not counted."""
@@ -237,7 +169,7 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
         if not params["keys"]:
             return []
         with self._conn(claim.shard) as conn:
-            return [r[0] for r in conn.execute(self._sql["release"], params).fetchall()]
+            return [r[0] for r in conn.execute(self.statements["release"], params).fetchall()]
 
     # -- inspection -------------------------------------------------------------------------
     def stats(self, shard: int, cap: int = 100_000) -> dict[str, Any]:
@@ -248,30 +180,14 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
     def errors(self, shard: int, limit: int = 20) -> list[dict[str, Any]]:
         """Rows that have failed at least once: key, attempts, last error, next try."""
         with self._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                sql.SQL(
-                    "SELECT key, attempts, last_error, next_try_at FROM {} WHERE last_error "
-                    "IS NOT NULL ORDER BY attempts DESC, key LIMIT %s"
-                ).format(self._q),
-                (limit,),
-            )
+            cur.execute(queue_sql.failed_rows(self.table.queue_table(self.job.name)), (limit,))
             return cur.fetchall()
 
 
 def queue_stats(conn: psycopg.Connection, queue_table: str, cap: int = 100_000) -> dict[str, Any]:
     """Counts for one queue table, each capped (an index scan with LIMIT), never a full count."""
-    q = sql.Identifier(queue_table)
     row = conn.execute(
-        sql.SQL("""
-SELECT (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at <= now() LIMIT %(cap)s) s),
-       (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at > now() AND token IS NOT NULL
-                              LIMIT %(cap)s) s),
-       (SELECT count(*) FROM (SELECT 1 FROM {q} WHERE next_try_at > now() AND token IS NULL
-                              LIMIT %(cap)s) s),
-       (SELECT extract(epoch FROM now() - min(next_try_at)) FROM {q} WHERE next_try_at <= now()),
-       (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %(reg)s::regclass)
-""").format(q=q),
-        {"cap": cap, "reg": f'"{queue_table}"'},
+        queue_sql.queue_counts(queue_table), {"cap": cap, "reg": f'"{queue_table}"'}
     ).fetchone()
     return {
         "ready": row[0],

@@ -1,4 +1,5 @@
-"""HTTP plumbing shared by the funnel and RPC services: JSON codec, auth, errors, serving."""
+"""The HTTP services: the funnel (writes) and RPC (reads) apps, their clients, and the JSON
+codec, auth, errors and serving they share."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -20,6 +21,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from krea2.infra.errors import UserError
+from krea2.krablet.funnel import Funnel, FunnelError
+from krea2.krablet.reader import Reader
+from krea2.krablet.schema import WarehouseView
+from krea2.krablet.sql.reads import Filter
 
 MAX_BODY = 64 * 2**20
 
@@ -159,3 +164,138 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+
+def make_funnel_app(
+    wh: WarehouseView, durable: bool = True, token: str | None = None, writers_per_shard: int = 8
+) -> Starlette:
+    """The funnel as a service: POST /v1/upsert, /v1/patch ({table, rows}) and /v1/flush."""
+    funnel = Funnel(wh, durable=durable, writers_per_shard=writers_per_shard)
+
+    def rows_of(p: dict) -> list[dict]:
+        rows = p["rows"]
+        if not isinstance(rows, list):
+            raise UserError("'rows' must be a list of objects")
+        return [decode_row(r) for r in rows]
+
+    def flush(p: dict) -> bool:
+        try:
+            funnel.flush(timeout=p.get("timeout"))
+        except FunnelError as exc:
+            exc.http_status = 422
+            raise
+        return True
+
+    app = json_app(
+        {
+            "/v1/upsert": lambda p: funnel.upsert(p["table"], rows_of(p)),
+            "/v1/patch": lambda p: funnel.patch(p["table"], rows_of(p)),
+            "/v1/flush": flush,
+        },
+        token=token,
+    )
+    app.state.funnel = funnel
+    return app
+
+
+class FunnelClient:
+    """The :class:`Funnel` API over HTTP: ``FunnelClient("http://127.0.0.1:7431", token=...)``."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 120.0) -> None:
+        self._c = Client(url, token, timeout)
+
+    def _send(self, op: str, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        return int(
+            self._c.call(f"/v1/{op}", {"table": table, "rows": [encode_row(dict(r)) for r in rows]})
+        )
+
+    def upsert(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        return self._send("upsert", table, rows)
+
+    def patch(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        return self._send("patch", table, rows)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._c.call("/v1/flush", {"timeout": timeout})
+
+    def close(self, flush: bool = True) -> None:
+        try:
+            if flush:
+                self.flush()
+        finally:
+            self._c.close()
+
+    def __enter__(self) -> FunnelClient:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        self.close(flush=exc_type is None)
+
+
+def make_rpc_app(wh: WarehouseView, token: str | None = None) -> Starlette:
+    """Reads as a service: POST /v1/get, /v1/scan, /v1/count and /v1/aggregate."""
+    reader = Reader(wh)
+
+    def rows_out(rows: list[dict]) -> list[dict]:
+        return [encode_row(r) for r in rows]
+
+    def get(p: dict) -> Any:
+        found = reader.get(p["table"], p["keys"], p.get("columns"))
+        return rows_out(list(found.values()))
+
+    def scan(p: dict) -> Any:
+        rows, nxt = reader.scan(
+            p["table"], p.get("where"), p.get("columns"), int(p.get("limit", 1000)), p.get("cursor")
+        )
+        return {"rows": rows_out(rows), "cursor": nxt}
+
+    def count(p: dict) -> Any:
+        return reader.count(p["table"], p.get("where"))
+
+    def aggregate(p: dict) -> Any:
+        return {
+            k: float(v) if hasattr(v, "as_integer_ratio") and not isinstance(v, int) else v
+            for k, v in reader.aggregate(p["table"], p["aggs"], p.get("where")).items()
+        }
+
+    return json_app(
+        {"/v1/get": get, "/v1/scan": scan, "/v1/count": count, "/v1/aggregate": aggregate},
+        token=token,
+    )
+
+
+class RpcClient:
+    """The :class:`Reader` API over HTTP: ``RpcClient("http://127.0.0.1:7432", token=...)``."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 60.0) -> None:
+        self._c = Client(url, token, timeout)
+
+    def get(self, table: str, keys: Sequence[Any], columns: Sequence[str] | None = None) -> dict:
+        payload = {"table": table, "keys": list(keys), "columns": columns}
+        rows = [decode_row(r) for r in self._c.call("/v1/get", payload)]
+        return {next(iter(r.values())): r for r in rows}  # the key column comes first
+
+    def scan(
+        self,
+        table: str,
+        where: Sequence[Filter] | None = None,
+        columns: Sequence[str] | None = None,
+        limit: int = 1000,
+        cursor: Any = None,
+    ) -> tuple[list[dict], Any]:
+        out = self._c.call(
+            "/v1/scan",
+            {"table": table, "where": where, "columns": columns, "limit": limit, "cursor": cursor},
+        )
+        return [decode_row(r) for r in out["rows"]], out["cursor"]
+
+    def count(self, table: str, where: Sequence[Filter] | None = None) -> int:
+        return int(self._c.call("/v1/count", {"table": table, "where": where}))
+
+    def aggregate(
+        self, table: str, aggs: dict[str, Sequence[str]], where: Sequence[Filter] | None = None
+    ) -> dict[str, Any]:
+        return self._c.call("/v1/aggregate", {"table": table, "aggs": aggs, "where": where})
+
+    def close(self) -> None:
+        self._c.close()

@@ -6,12 +6,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from psycopg import sql
+import psycopg
 
 from krea2.infra.errors import UserError
 from krea2.krablet.cluster import Cluster, load_cluster
+from krea2.krablet.funnel import Funnel
+from krea2.krablet.migration import load_tables, migrate_shard, schema_fingerprint
 from krea2.krablet.queue import Queue, queue_stats
-from krea2.krablet.schema import Table, load_tables, migrate_shard, schema_fingerprint
+from krea2.krablet.reader import Reader
+from krea2.krablet.schema import Table
+from krea2.krablet.sql import reads
 
 
 class Warehouse:
@@ -24,7 +28,7 @@ class Warehouse:
     def __init__(self, cluster: Cluster, tables: Iterable[Table] = ()) -> None:
         self.cluster = cluster
         self.tables: dict[str, Table] = {t.name: t for t in tables}
-        self._reader = None
+        self._reader: Reader | None = None
 
     @classmethod
     def open(
@@ -42,7 +46,7 @@ class Warehouse:
 
     def reload(self) -> None:
         """Read table declarations from shard 0's catalog (declared ones take precedence)."""
-        with self.cluster.pool(0).connection() as conn:
+        with self.cluster.connection(0) as conn:
             for name, t in load_tables(conn).items():
                 self.tables.setdefault(name, t)
 
@@ -66,19 +70,15 @@ class Warehouse:
     def queue(self, table: str, job: str, owner: str = "") -> Queue:
         return Queue(self.cluster, self.table(table), job, owner=owner)
 
-    def funnel(self, **kwargs: Any):
+    def funnel(self, **kwargs: Any) -> Funnel:
         """An in-process :class:`~krea2.krablet.funnel.Funnel` writing to this warehouse."""
-        from krea2.krablet.funnel import Funnel
-
         return Funnel(self, **kwargs)
 
-    def reader(self):
-        """The warehouse's in-process :class:`~krea2.krablet.rpc.Reader` (one, shared).
+    def reader(self) -> Reader:
+        """The warehouse's in-process :class:`~krea2.krablet.reader.Reader` (one, shared).
 
-        :class:`~krea2.krablet.rpc.RpcClient` has the same methods over HTTP.
+        :class:`~krea2.krablet.service.RpcClient` has the same methods over HTTP.
         """
-        from krea2.krablet.rpc import Reader
-
         if self._reader is None:
             self._reader = Reader(self)
         return self._reader
@@ -86,7 +86,7 @@ class Warehouse:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
-            self._reader = None
+            self._reader: Reader | None = None
         self.cluster.close()
 
     def __enter__(self) -> Warehouse:
@@ -103,22 +103,12 @@ class Warehouse:
         for i in range(len(self.cluster)):
             entry: dict[str, Any] = {"shard": i, "ok": True, "tables": {}}
             try:
-                with self.cluster.pool(i).connection() as conn:
+                with self.cluster.connection(i) as conn:
                     if fingerprints:
                         prints.append(schema_fingerprint(conn))
                     for name, t in sorted(self.tables.items()):
-                        est = conn.execute(
-                            "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = "
-                            "to_regclass(%s)",
-                            (f'"{name}"',),
-                        ).fetchone()
-                        exact = conn.execute(
-                            sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} LIMIT %s) s").format(
-                                sql.Identifier(name)
-                            ),
-                            (cap,),
-                        ).fetchone()[0]
-                        rows = exact if exact < cap else (est[0] if est else None)
+                        exact = conn.execute(reads.capped_row_count(name), (cap,)).fetchone()[0]
+                        rows = exact if exact < cap else _row_estimate(conn, name)
                         entry["tables"][name] = {
                             "rows": rows,
                             "jobs": {
@@ -132,3 +122,9 @@ class Warehouse:
             shards.append(entry)
         same = all(f == prints[0] for f in prints) if prints else None
         return {"shards": shards, "schema_consistent": same}
+
+
+def _row_estimate(conn: psycopg.Connection, table: str) -> int | None:
+    """The planner's row estimate (0 if never analysed), None if the table is missing."""
+    est = conn.execute(reads.row_estimate(), (f'"{table}"',)).fetchone()
+    return max(int(est[0]), 0) if est else None
