@@ -50,8 +50,7 @@ from pathlib import Path
 
 import psycopg
 
-from krea2.krablet import Job, Table, Warehouse
-from krea2.krablet.embedded import start_shard, stop_shard
+from krea2.krablet import Job, Table, Warehouse, start_shard, stop_shard
 
 PGBIN = None  # set in main: pgserver's bin directory (pgbench, psql)
 

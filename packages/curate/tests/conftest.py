@@ -126,7 +126,7 @@ def pg_server():
     import shutil
     import tempfile
 
-    from krea2.krablet.embedded import start_shard, stop_shard
+    from krea2.krablet import start_shard, stop_shard
 
     root = Path(tempfile.mkdtemp(prefix="curate-test-pg-", dir="/tmp"))
     root.chmod(0o755)
@@ -143,7 +143,7 @@ def cluster_file(pg_server, tmp_path) -> Path:
 
     import psycopg
 
-    from krea2.krablet.cluster import Cluster
+    from krea2.krablet import Cluster
 
     db = f"c_{secrets.token_hex(6)}"
     with psycopg.connect(pg_server, autocommit=True) as conn:
