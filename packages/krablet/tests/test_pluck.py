@@ -95,3 +95,43 @@ def test_pluck_refuses_to_sign_or_run_without_a_real_secret(cluster):
         PluckTable("pics", cluster=wh).map(area)
     with pytest.raises(UserError, match="secret"):
         PluckWorker(wh)
+
+
+def no_luck(rows):
+    raise RuntimeError("no luck")
+
+
+def test_a_failing_map_backs_off_through_the_queue_with_jitter(cluster1):
+    wh = Warehouse.open(cluster1, tables=[PICS])
+    with wh.funnel() as f:
+        f.upsert("pics", [{"pic": i, "w": i} for i in range(400)])
+    h = PluckTable("pics", cluster=wh).map(no_luck, batch_size=10, rows_per_task=20)
+    stats = PluckWorker(wh, concurrency=2).run(until_empty=True)
+    p = h.progress()
+    assert p.tasks >= 10 and p.done == 0 and p.failing == p.tasks
+    assert stats.failed >= p.tasks and stats.completed == 0
+    # the ranges are an ordinary job: its queue holds them, backing off
+    assert wh.queue("krablet_pluck_ranges", "run").stats(0)["backing_off"] == p.tasks
+    assert all("no luck" in e["last_error"] for e in h.errors())
+    with cluster1.connect(0) as conn:
+        delays = [
+            r[0]
+            for r in conn.execute(
+                'SELECT extract(epoch FROM next_try_at - now()) FROM "_kq_krablet_pluck_ranges_run"'
+            )
+        ]
+    assert all(2.5 < d < 6.3 for d in delays)  # the job's 5 s backoff, ±25 % jitter
+    assert len({round(d, 3) for d in delays}) > 1  # jittered, not in lockstep
+
+
+def test_a_cancelled_map_leaves_the_queue_and_its_rows_untouched(cluster1):
+    wh = Warehouse.open(cluster1, tables=[PICS])
+    with wh.funnel() as f:
+        f.upsert("pics", [{"pic": i, "w": i} for i in range(100)])
+    h = PluckTable("pics", cluster=wh).map(area, batch_size=10, rows_per_task=20)
+    h.cancel()
+    stats = PluckWorker(wh).run(until_empty=True)
+    assert stats.completed == 0 and h.progress().status == "cancelled"
+    st = wh.queue("krablet_pluck_ranges", "run").stats(0)
+    assert st["ready"] == 0 and st["leased"] == 0  # the claim dropped the cancelled ranges
+    assert wh.reader().count("pics", where=[("area", "is not", None)]) == 0

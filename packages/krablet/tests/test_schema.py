@@ -55,6 +55,9 @@ def test_bad_names_and_types_are_refused_with_the_fix():
         Table("images", columns={"x": "varchar(3)"})
     with pytest.raises(UserError, match="no column"):
         Table("images", columns={"x": "text"}, jobs=[Job("j", result="y")])
+    for name in ("krablet_catalog", "krablet_pluck_maps", "krablet_pluck_ranges"):
+        with pytest.raises(UserError, match="reserved"):
+            Table(name, columns={})
 
 
 def test_migration_is_idempotent_and_fresh_equals_migrated(cluster_factory):
