@@ -8,8 +8,12 @@ one run on the same disk:
 * ``CheckpointManager.async_save``: the time the caller is blocked (host staging) and
   the time until the checkpoint is durable.
 
+With ``--gloo`` the process first joins a 1-rank gloo group, as under torchrun, so the
+manager's own gloo group and DCP's collectives are part of the measurement.
+
 Targets: sync throughput ≥ 0.7 × plain writes; async blocking ≤ 0.1 × sync save.
-Run: ``uv run python -m benchmarks.checkpoint [--gib 1.0] [--repeats 3] [--device cpu|cuda]``.
+Run: ``uv run python -m benchmarks.checkpoint [--gib 1.0] [--repeats 3] [--device cpu|cuda]
+[--gloo]``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from benchmarks.report import table, write_results
 from krea2.infra.checkpoint import CheckpointManager
@@ -53,7 +58,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu", help="where the state lives (cpu, cuda)")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
+    parser.add_argument("--gloo", action="store_true", help="run inside a 1-rank gloo group")
     args = parser.parse_args()
+    if args.gloo:
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29531", rank=0, world_size=1)
     base = Path(tempfile.mkdtemp(dir=args.dir, prefix="krea2-ckpt-bench-"))
     state = make_state(args.gib, args.device)
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
@@ -72,6 +80,8 @@ def main() -> None:
         pending.wait()
         durable.append(time.perf_counter() - start)
     shutil.rmtree(base)
+    if args.gloo:
+        dist.destroy_process_group()
 
     med = statistics.median
     gib = nbytes / 2**30
@@ -102,12 +112,13 @@ def main() -> None:
     ]
     markdown = (
         f"## Checkpoints (`benchmarks/checkpoint.py`)\n\n"
-        f"{gib:.2f} GiB of float32 tensors (16 tensors) on {args.device}, median of "
-        f"{args.repeats}, same disk. On CPU the async save's blocking part is a host memcpy "
+        f"{gib:.2f} GiB of float32 tensors (16 tensors) on {args.device}"
+        f"{', 1-rank gloo group' if args.gloo else ''}, median of {args.repeats}, same disk. "
+        "On CPU the async save's blocking part is a host memcpy "
         "(memory bandwidth), on GPU a device-to-host copy into pinned buffers.\n\n"
         + table(["what", "seconds", "GiB/s", "ratio"], rows)
     )
-    write_results(f"checkpoint-{args.device}", results, markdown)
+    write_results(f"checkpoint-{args.device}{'-gloo' if args.gloo else ''}", results, markdown)
     print(markdown)
 
 

@@ -82,6 +82,39 @@ def test_async_saves_reuse_staging_buffers_and_stay_isolated(tmp_path):
         assert torch.equal(restored["model"]["w"], snapshots[step])
 
 
+def test_failed_async_write_surfaces_in_wait_and_publishes_nothing(tmp_path, monkeypatch):
+    from torch.distributed.checkpoint import CheckpointException, FileSystemWriter
+
+    manager = CheckpointManager(tmp_path)
+    state = make_state(5)
+    manager.save(1, state, {"step": 1})
+
+    def disk_full(self, plan, planner):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", disk_full)
+    manager.async_save(2, state, {"step": 2})
+    with pytest.raises((OSError, CheckpointException), match="disk full"):
+        manager.wait()
+    monkeypatch.undo()
+    assert manager.complete_steps() == [1]
+    restored = zeros_like(state)
+    assert manager.load(restored) == {"step": 1}
+    assert_equal_states(state, restored)
+
+
+def test_checkpoint_code_uses_only_public_torch_modules():
+    import ast
+
+    import krea2.infra.checkpoint as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    private = [m for m in imported if m.startswith("torch") and "._" in m]
+    assert not private, private
+
+
 def test_retention_keeps_last_n_and_every_kth(tmp_path):
     manager = CheckpointManager(tmp_path, keep_last=2, keep_every=10)
     state = make_state(4)

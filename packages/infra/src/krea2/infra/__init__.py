@@ -1,3 +1,88 @@
-"""krea2.infra."""
+"""krea2.infra: configs, logging, metrics, checkpoints, the shard schema and the CLI host.
+
+Import from the submodules (``from krea2.infra.config import load_config``) or from here
+(``from krea2.infra import load_config``). Names here resolve lazily on first use, so
+``import krea2.infra`` (which every ``krea2`` command does) loads neither torch nor pyarrow.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # typing itself is not imported: it is most of this module's cost
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
+
+_SUBMODULES = (
+    "checkpoint",  # needs the torch extra
+    "checkpoint_layout",
+    "cli",
+    "config",
+    "errors",
+    "heap",
+    "host",
+    "logging",
+    "metrics",
+    "rng",
+    "shards",  # the schema needs the shards extra (pyarrow)
+)
+
+# Public name -> the submodule that defines it.
+_NAME_TO_MODULE = {
+    "UserError": "errors",
+    "ConfigError": "config",
+    "config_to_dict": "config",
+    "config_to_toml": "config",
+    "load_config": "config",
+    "parse_override": "config",
+    "save_config": "config",
+    "get_logger": "logging",
+    "setup_logging": "logging",
+    "counter": "metrics",
+    "gauge": "metrics",
+    "histogram": "metrics",
+    "mark_worker_dead": "metrics",
+    "metric_name": "metrics",
+    "start_exporter": "metrics",
+    "CheckpointManager": "checkpoint",
+    "PendingSave": "checkpoint",
+    "CheckpointCorruptError": "checkpoint_layout",
+    "CheckpointEntry": "checkpoint_layout",
+    "scan_checkpoints": "checkpoint_layout",
+    "capture_rng_state": "rng",
+    "restore_rng_state": "rng",
+    "keep_freed_memory": "heap",
+    "CAPTION_FORMATS": "shards",
+    "COLUMNS": "shards",
+    "METADATA_BATCH_SIZE": "shards",
+    "METADATA_SEED": "shards",
+    "METADATA_STAGE": "shards",
+    "ShardSchemaError": "shards",
+    "bucket_name": "shards",
+    "parse_bucket": "shards",
+    "shard_arrow_schema": "shards",
+    "validate_shard_file": "shards",
+    "validate_shard_schema": "shards",
+    "validate_shard_table": "shards",
+    "write_shard": "shards",
+}
+
+__all__ = [*_SUBMODULES, *_NAME_TO_MODULE]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a submodule, or the submodule defining a public name, on first access."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _NAME_TO_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])
