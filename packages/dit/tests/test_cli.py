@@ -46,6 +46,16 @@ def test_sample_rejects_a_size_off_the_patch_grid(toy_ckpt, tmp_path):
     assert "30x32 is not divisible by 4" in str(res.exception)
 
 
+def test_sample_names_components_by_the_registry(toy_ckpt, tmp_path):
+    base = ["sample", "--weights", str(toy_ckpt), "--prompt", "x", "--out", str(tmp_path)]
+    res = runner.invoke(app, [*base, "--ae", "qwen:/models/qwen-image"])
+    assert isinstance(res.exception, UserError)
+    assert "write 'qwen-image:/models/qwen-image'" in str(res.exception)
+    res = runner.invoke(app, [*base, "--text-encoder", "/models/Qwen3-VL-4B-Instruct"])
+    assert isinstance(res.exception, UserError)
+    assert "qwen3-vl:PATH" in str(res.exception)
+
+
 def test_convert_round_trip(toy_ckpt, tmp_path):
     res = runner.invoke(app, ["convert", "--to", "diffusers", str(toy_ckpt), str(tmp_path / "d")])
     assert res.exit_code == 0, res.output

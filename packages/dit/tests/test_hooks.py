@@ -17,7 +17,7 @@ from krea2.dit.checkpointing import set_activation_checkpointing
 from krea2.dit.config import get_config
 from krea2.dit.flops import cost, param_count
 from krea2.dit.model import Krea2DiT
-from krea2.dit.parallel import check_tp_degree, fsdp_units, tp_plan
+from krea2.dit.parallel import check_tp_degree, fsdp_units, tp_partial_params, tp_plan
 from krea2.dit.testing import make_inputs, randomize
 from krea2.infra.errors import UserError
 
@@ -111,6 +111,18 @@ def test_tp_plan_covers_every_linear_except_the_projector():
     linears = {n for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)}
     assert linears - set(plan) == {"txtfusion.projector"}
     assert set(plan) <= linears
+
+
+def test_tp_partial_params_are_the_qk_norm_scales_of_every_planned_block():
+    m = Krea2DiT(get_config("tiny", depth=3, layerwise_blocks=2))
+    m.blocks[1].attn.qknorm.knorm.requires_grad_(False)
+    got = tp_partial_params(m)
+    want = [p for n, p in m.named_parameters() if ".attn.qknorm." in n and p.requires_grad]
+    assert [id(p) for p in got] == [id(p) for p in want]
+    assert len(got) == 2 * (3 + 2 + 1) - 1
+    split_q = {n.removesuffix(".attn.wq") for n in tp_plan(m) if n.endswith(".attn.wq")}
+    owners = {n.split(".attn.")[0] for n, _ in m.named_parameters() if ".qknorm." in n}
+    assert owners == split_q  # every block whose q/k are column-split, and only those
 
 
 def test_tp_degree_must_split_the_heads():

@@ -8,7 +8,7 @@ from krea2.dit import flow
 from krea2.dit.config import get_config
 from krea2.dit.model import Krea2DiT
 from krea2.dit.pixel_ae import PixelAE
-from krea2.dit.sampler import euler_sample, seeded_noise
+from krea2.dit.sampler import dit_velocity, euler_sample, seeded_noise
 
 
 def test_tiny_dit_learns_two_prompt_conditioned_images():
@@ -36,7 +36,8 @@ def test_tiny_dit_learns_two_prompt_conditioned_images():
     model.eval()
     noise = seeded_noise([1, 2, 3, 4], (3, 8, 8))
     which = torch.tensor([0, 1, 0, 1])
-    out = euler_sample(model.velocity, noise, flow.sampling_times(16, 0.0), txt[which], mask[which])
+    velocity = dit_velocity(model, txt[which], mask[which])
+    out = euler_sample(velocity, noise, flow.sampling_times(16, 0.0))
     err = (ae.decode(out) - targets[which]).abs().mean(dim=(1, 2, 3))
     swapped = (ae.decode(out) - targets[1 - which]).abs().mean(dim=(1, 2, 3))
     assert err.max() < 0.15, err  # each sample is its prompt's image ...

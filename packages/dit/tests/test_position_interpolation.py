@@ -8,7 +8,7 @@ import torch
 from krea2.dit.config import get_config
 from krea2.dit.diffusers_config import to_diffusers_config
 from krea2.dit.model import Krea2DiT
-from krea2.dit.patchify import image_positions
+from krea2.dit.patches import image_positions
 from krea2.infra.errors import UserError
 
 

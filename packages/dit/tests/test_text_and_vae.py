@@ -12,14 +12,23 @@ from krea2.dit.tokenizer import build_tokenizer
 from krea2.dit.vae import Flux2VAE, QwenImageVAE
 from krea2.infra.errors import UserError
 
+CORPUS = ["a red circle", "a blue square", "a green star", "two shapes"]  # our own words
+
 
 @pytest.fixture(scope="module")
 def enc() -> TextEncoder:
-    return TextEncoder.tiny(text_dim=64, taps=3, max_length=24)
+    return TextEncoder.tiny(text_dim=64, taps=3, max_length=24, corpus=CORPUS)
+
+
+def test_tokenizer_learns_the_callers_vocabulary():
+    plain, shapes = build_tokenizer(), build_tokenizer(CORPUS * 4)
+    assert len(shapes("a red circle").input_ids) == 3  # one token per word
+    assert len(plain("a red circle").input_ids) > 3  # no world's words are built in
+    assert len(plain("<|im_start|>system").input_ids) == 2  # the template always is
 
 
 def test_tokenizer_is_deterministic_and_lossless():
-    a, b = build_tokenizer(), build_tokenizer()
+    a, b = build_tokenizer(CORPUS), build_tokenizer(CORPUS)
     text = "a red circle with the word 'HI' — ünïcödé"
     assert a(text).input_ids == b(text).input_ids
     assert a.decode(a(text).input_ids) == text

@@ -1,6 +1,88 @@
 """krea2.dit: the Krea 2 single-stream DiT, text conditioning, autoencoders and flow sampling.
 
-Submodules import torch; this package root stays cheap (the CLI imports it).
+The names below are the public API. Submodules import torch (and some transformers or
+diffusers), so this root imports nothing heavy: each name loads its module on first use
+(the `krea2` CLI imports the root).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_MODULE_OF = {
+    # model and configs
+    "Krea2DiT": "model",
+    "DiTConfig": "config",
+    "CONFIGS": "config",
+    "get_config": "config",
+    # component registry (ARCHITECTURE contract 6)
+    "AUTOENCODERS": "components",
+    "TEXT_ENCODERS": "components",
+    "ComponentSpec": "components",
+    "LatentSpace": "components",
+    "parse_autoencoder": "components",
+    "parse_text_encoder": "components",
+    "latent_space": "components",
+    "load_autoencoder": "components",
+    "load_text_encoder": "components",
+    # autoencoders and text conditioning
+    "Autoencoder": "autoencoder",
+    "PixelAE": "pixel_ae",
+    "to_uint8": "pixel_ae",
+    "QwenImageVAE": "vae",
+    "Flux2VAE": "vae",
+    "TextEncoder": "text",
+    "EmbeddingCache": "text",
+    "build_tokenizer": "tokenizer",
+    # flow (contract 5) and sampling
+    "flow": None,
+    "Velocity": "sampler",
+    "dit_velocity": "sampler",
+    "with_negative": "sampler",
+    "with_cfg": "sampler",
+    "euler_step": "sampler",
+    "euler_sample": "sampler",
+    "seeded_noise": "sampler",
+    "generate": "generation",
+    "save_pngs": "generation",
+    "parse_size": "generation",
+    # packing latents into tokens
+    "patchify": "patches",
+    "unpatchify": "patches",
+    "image_positions": "patches",
+    "resize_patch_weights": "patch_resize",
+    "shapes_at_patch": "patch_resize",
+    # weights (contract 3)
+    "from_pretrained": "weights",
+    "load_weights": "weights",
+    "save_weights": "weights",
+    "convert": "weights",
+    # plans the trainer applies
+    "tp_plan": "parallel",
+    "tp_partial_params": "parallel",
+    "fsdp_units": "parallel",
+    "check_tp_degree": "parallel",
+    "set_activation_checkpointing": "checkpointing",
+    "cost": "flops",
+    "param_count": "flops",
+}
+
+__all__ = ["__version__", *_MODULE_OF]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'krea2.dit' has no attribute {name!r}")
+    module = _MODULE_OF[name]
+    if module is None:  # a submodule exported as itself
+        return importlib.import_module(f"krea2.dit.{name}")
+    value = getattr(importlib.import_module(f"krea2.dit.{module}"), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -47,10 +47,10 @@ def sample(
     turbo: bool = typer.Option(False, help="Turbo settings: mu 1.15 (pass --steps 8 --cfg 0)."),
     negative: str = typer.Option("", help="Negative prompt (used when cfg != 0)."),
     text_encoder: str = typer.Option(
-        "tiny", help="Local Qwen3-VL folder, or 'tiny[:SEED]' (random tiny Qwen3-VL)."
+        "tiny", help="'qwen3-vl:PATH' (local Qwen3-VL folder) or 'tiny[:SEED]' (random, tiny)."
     ),
     text_tokens: int = typer.Option(512, help="Fixed text length T of the layout."),
-    ae: str = typer.Option("pixel", help="'pixel[:F]', 'qwen:PATH' or 'flux2:PATH'."),
+    ae: str = typer.Option("pixel", help="'pixel[:F]', 'qwen-image:PATH' or 'flux2:PATH'."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
     dtype: str = typer.Option("auto", help="auto (bf16 on GPU, fp32 on CPU), fp32, bf16."),
     out: Path = typer.Option(..., help="Output folder for PNGs."),
@@ -60,22 +60,23 @@ def sample(
     Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
     --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
     """
-    from krea2.dit.flow import TURBO_MU
-    from krea2.dit.generate import (
-        generate,
+    from krea2.dit.components import (
         load_autoencoder,
         load_text_encoder,
-        parse_size,
-        save_pngs,
+        parse_autoencoder,
+        parse_text_encoder,
     )
+    from krea2.dit.flow import TURBO_MU
+    from krea2.dit.generation import generate, parse_size, save_pngs
     from krea2.dit.weights import from_pretrained
 
     w, h = parse_size(size)
+    ae_spec, text_spec = parse_autoencoder(ae), parse_text_encoder(text_encoder)
     dev = _device(device)
     dt = _dtype(dtype, dev)
     model = from_pretrained(weights, dtype=dt, device=dev)
-    enc = load_text_encoder(text_encoder, model, text_tokens, dt, dev)
-    autoenc = load_autoencoder(ae, dt, dev)
+    enc = load_text_encoder(text_spec, model.cfg, text_tokens, dt, dev)
+    autoenc = load_autoencoder(ae_spec, dt, dev)
     images = generate(
         model, enc, autoenc, prompt, w, h, steps=steps, cfg=cfg, seed=seed,
         mu=TURBO_MU if turbo and mu is None else mu, negative=negative,
@@ -119,7 +120,7 @@ def flops(
     from krea2.dit.config import get_config
     from krea2.dit.flops import cost
     from krea2.dit.flow import image_tokens
-    from krea2.dit.generate import parse_size
+    from krea2.dit.generation import parse_size
 
     cfg = get_config(config)
     w, h = parse_size(size)

@@ -9,7 +9,7 @@ from krea2.dit.blocks import LastLayer, SingleStreamBlock
 from krea2.dit.checkpointing import run_block
 from krea2.dit.config import DiTConfig, get_config
 from krea2.dit.layers import RMSNorm, timestep_sinusoid
-from krea2.dit.patchify import image_positions, patchify, unpatchify
+from krea2.dit.patches import image_positions, patchify, unpatchify
 from krea2.dit.rope import rope_angles
 from krea2.dit.textfusion import TextFusion
 from krea2.infra.errors import UserError

@@ -84,9 +84,26 @@ def tp_plan(model: nn.Module, tp: int | None = None) -> dict[str, ParallelStyle]
         "last.linear": gathered,
     }
     plan["tproj.1" if cfg.modulated else "ttok"] = gathered
-    for kind in ("layerwise_blocks", "refiner_blocks"):
-        for i in range(len(getattr(model.txtfusion, kind))):
-            plan.update(_attn_mlp_plan(f"txtfusion.{kind}.{i}", cfg.attn_gate))
-    for i in range(len(model.blocks)):
-        plan.update(_attn_mlp_plan(f"blocks.{i}", cfg.attn_gate))
+    for prefix in _attention_blocks(model):
+        plan.update(_attn_mlp_plan(prefix, cfg.attn_gate))
     return plan
+
+
+def tp_partial_params(model: nn.Module) -> list[nn.Parameter]:
+    """Replicated parameters inside the TP-sharded region whose gradients are partial sums
+    over each rank's heads: the QK-norm scales of every block in `tp_plan` (they act per
+    head, after the colwise q/k). The trainer sums their gradients over the TP group after
+    backward. Trainable ones only, in a fixed order (the same on every rank)."""
+    blocks = _attention_blocks(model).values()
+    return [p for blk in blocks for p in blk.attn.qknorm.parameters() if p.requires_grad]
+
+
+def _attention_blocks(model: nn.Module) -> dict[str, nn.Module]:
+    """fqn -> block, for every block with attention + MLP (text fusion, then single stream)."""
+    blocks = {}
+    for kind in ("layerwise_blocks", "refiner_blocks"):
+        for i, blk in enumerate(getattr(model.txtfusion, kind)):
+            blocks[f"txtfusion.{kind}.{i}"] = blk
+    for i, blk in enumerate(model.blocks):
+        blocks[f"blocks.{i}"] = blk
+    return blocks

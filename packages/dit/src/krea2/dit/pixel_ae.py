@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from krea2.dit.autoencoder import Autoencoder, check_pixels
-from krea2.dit.patchify import patchify, unpatchify
+from krea2.dit.patches import patchify, unpatchify
 
 
 class PixelAE(nn.Module, Autoencoder):

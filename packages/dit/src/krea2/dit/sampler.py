@@ -1,4 +1,9 @@
-"""Euler flow sampler with Krea's CFG and per-image seeds (a function, no scheduler class)."""
+"""Flow sampling on a velocity function: the `velocity(x, t)` contract, CFG as a wrapper, Euler.
+
+A velocity function is the whole interface between a sampler and a model: callers bind
+the model and its conditioning (text states, captions, ...) into a closure, so samplers,
+CFG and RL rollouts step through time without knowing what conditions the model.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,55 @@ import torch
 from torch import Tensor
 
 from krea2.dit.flow import guided_velocity
+from krea2.dit.model import Krea2DiT
 
-VelocityFn = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
+Velocity = Callable[[Tensor, Tensor], Tensor]
+"""velocity(x, t) -> v. x [B, C, H, W] latents at flow time t [B] (float32 in [0, 1],
+1 = noise); v [B, C, H, W] estimates noise - data (ARCHITECTURE contract 5)."""
+
+
+def dit_velocity(
+    model: Krea2DiT, txt: Tensor, txt_mask: Tensor | None = None, pack_text: bool = False
+) -> Velocity:
+    """`model` conditioned on txt [B, T, taps, dim] (mask [B, T] bool, True = valid token).
+
+    `pack_text` drops padded text tokens before the blocks (eager inference; see
+    `Krea2DiT.forward`).
+    """
+
+    def velocity(x: Tensor, t: Tensor) -> Tensor:
+        return model.velocity(x, txt, t, txt_mask, pack_text=pack_text)
+
+    return velocity
+
+
+def with_negative(
+    txt: Tensor, mask: Tensor | None, neg_txt: Tensor, neg_mask: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """The doubled text batch of `with_cfg`: rows [txt; neg_txt] ([B or 1, T, ...] negatives
+    are broadcast to B rows), masks likewise (None when neither side has one)."""
+    txt2 = torch.cat([txt, neg_txt.expand_as(txt) if neg_txt.shape[0] == 1 else neg_txt])
+    if mask is None and neg_mask is None:
+        return txt2, None
+    pm = mask if mask is not None else txt.new_ones(txt.shape[:2], dtype=torch.bool)
+    nm = neg_mask if neg_mask is not None else pm.new_ones(neg_txt.shape[:2])
+    return txt2, torch.cat([pm, nm.expand_as(pm) if nm.shape[0] == 1 else nm])
+
+
+def with_cfg(paired: Velocity, scale: float) -> Velocity:
+    """Krea's classifier-free guidance v = v_c + scale (v_c - v_u) as a velocity function.
+
+    `paired` is one velocity over the doubled batch [x; x]: its first B rows conditioned
+    on the prompts, its last B on the negative (see `with_negative`). Both halves run in
+    one forward. Returns float32 velocities [B, C, H, W].
+    """
+
+    def velocity(x: Tensor, t: Tensor) -> Tensor:
+        b = x.shape[0]
+        v2 = paired(torch.cat([x, x]), torch.cat([t, t])).float()
+        return guided_velocity(v2[:b], v2[b:], scale)
+
+    return velocity
 
 
 def seeded_noise(
@@ -29,47 +81,31 @@ def seeded_noise(
     return torch.stack(out)
 
 
+def euler_step(
+    velocity: Velocity, x: Tensor, t: float, t_next: float, dtype: torch.dtype
+) -> Tensor:
+    """x + (t_next - t) velocity(x, t) for the float32 state x [B, C, H, W]; the velocity
+    sees x cast to `dtype` (the model's) and t as a float32 [B] tensor."""
+    tb = torch.full((x.shape[0],), t, device=x.device)
+    return x + (t_next - t) * velocity(x.to(dtype), tb).float()
+
+
 @torch.no_grad()
 def euler_sample(
-    velocity: VelocityFn,
+    velocity: Velocity,
     noise: Tensor,
     times: Tensor,
-    txt: Tensor,
-    txt_mask: Tensor | None = None,
-    cfg: float = 0.0,
-    neg_txt: Tensor | None = None,
-    neg_mask: Tensor | None = None,
     on_step: Callable[[int, Tensor], None] | None = None,
 ) -> Tensor:
-    """Integrate x <- x + (t_next - t) v from times[0] (= 1, noise) to times[-1] (= 0).
+    """Integrate from times[0] (= 1, noise [B, C, H, W]) to times[-1] (= 0) by Euler steps.
 
-    velocity(x, txt, t [B], txt_mask) -> v, e.g. `Krea2DiT.velocity` on latents [B, C, H, W].
-    With cfg != 0 the negative (`neg_txt`, default: required) runs in the same batch as the
-    positive and v = v_c + cfg (v_c - v_u). The state is kept in fp32 between steps.
+    The state is kept in float32 between steps; the velocity sees it in noise's dtype.
+    `on_step(i, x)` is called after step i. Returns data [B, C, H, W] in noise's dtype.
     """
-    if cfg != 0 and neg_txt is None:
-        raise ValueError("cfg != 0 needs neg_txt (the empty-prompt embedding)")
     x = noise.float()
-    b = x.shape[0]
     times = times.to(torch.float64)
-    if cfg != 0:
-        txt2 = torch.cat([txt, neg_txt.expand_as(txt) if neg_txt.shape[0] == 1 else neg_txt])
-        if txt_mask is None and neg_mask is None:
-            mask2 = None
-        else:
-            pm = txt_mask if txt_mask is not None else txt.new_ones(txt.shape[:2], dtype=torch.bool)
-            nm = neg_mask if neg_mask is not None else pm.new_ones(neg_txt.shape[:2])
-            mask2 = torch.cat([pm, nm.expand_as(pm) if nm.shape[0] == 1 else nm])
     for i in range(len(times) - 1):
-        t_cur, t_next = float(times[i]), float(times[i + 1])
-        tb = torch.full((b,), t_cur, device=x.device)
-        xin = x.to(noise.dtype)
-        if cfg != 0:
-            v2 = velocity(torch.cat([xin, xin]), txt2, torch.cat([tb, tb]), mask2).float()
-            v = guided_velocity(v2[:b], v2[b:], cfg)
-        else:
-            v = velocity(xin, txt, tb, txt_mask).float()
-        x = x + (t_next - t_cur) * v
+        x = euler_step(velocity, x, float(times[i]), float(times[i + 1]), noise.dtype)
         if on_step is not None:
             on_step(i, x)
     return x.to(noise.dtype)

@@ -20,7 +20,7 @@ def make_inputs(cfg: DiTConfig, batch=2, text_len=7, grid=(3, 5), seed=1, pad=(0
 
     Row i has pad[i] padded text tokens, placed before two trailing (suffix) tokens.
     """
-    from krea2.dit.patchify import image_positions
+    from krea2.dit.patches import image_positions
 
     g = torch.Generator().manual_seed(seed)
     n = grid[0] * grid[1]

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from krea2.dit.prompt_template import PREFIX, SUFFIX
 from krea2.infra.errors import UserError
 
-SYSTEM_PROMPT = (
-    "Describe the image by detailing the color, shape, size, texture, quantity, text, "
-    "spatial relationships of the objects and background:"
-)
-PREFIX = f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n"
-SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
 RELEASE_TAPS = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)  # hidden_states indices (0 = embeds)
 
 
@@ -77,16 +73,18 @@ class TextEncoder(nn.Module):
         max_length: int = 32,
         seed: int = 0,
         vocab_size: int = 512,
+        corpus: Sequence[str] = (),
     ) -> TextEncoder:
-        """A random-weight Qwen3-VL with `taps + 1` decoder layers and the code-built tokenizer.
+        """A random-weight Qwen3-VL with `taps + 1` decoder layers and the code-built tokenizer
+        (trained on the prompt template plus ``corpus``: the caller's vocabulary).
 
         Taps are hidden_states[1..taps]. Matches the DiT's `toy` config (64, 3) by default.
         """
         from transformers import Qwen3VLConfig, Qwen3VLModel
 
-        from krea2.dit.tokenizer import build_tokenizer
+        from krea2.dit.tokenizer import build_tokenizer  # imports transformers (seconds)
 
-        tok = build_tokenizer(vocab_size)
+        tok = build_tokenizer(corpus, vocab_size)
         head_dim = 32 if text_dim % 32 == 0 else text_dim // 2
         q = head_dim // 2  # mRoPE sections over (t, h, w) must sum to head_dim / 2
         cfg = Qwen3VLConfig(

@@ -1,39 +1,25 @@
-"""A small byte-level BPE tokenizer built in code (tests and the toy recipe), Qwen chat tokens."""
+"""A small byte-level BPE tokenizer built in code (tests and toys), with Qwen's chat tokens."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from krea2.dit.prompt_template import ROLES, SYSTEM_PROMPT
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 PAD_TOKEN = "<|endoftext|>"  # Qwen's pad token
 
-_COLORS = "red green blue yellow purple orange white black gray pink brown cyan magenta"
-_SHAPES = "circle square triangle star hexagon diamond cross ring rectangle ellipse"
-_PLACES = "top bottom left right center middle upper lower corner above below next to"
-_WORDS = (
-    "a an the of on in with and background solid gradient texture dark light small large big "
-    "tiny shape shapes object objects image picture photo word text letters written says two "
-    "three one describe detailing color size quantity spatial relationships system user "
-    "assistant"
-)
 
+def build_tokenizer(corpus: Iterable[str] = (), vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on the prompt template plus the caller's ``corpus`` lines.
 
-def corpus() -> list[str]:
-    """The fixed training text: the prompt template plus the ShapesWorld vocabulary."""
-    from krea2.dit.text import SYSTEM_PROMPT
-
-    lines = [SYSTEM_PROMPT, _COLORS, _SHAPES, _PLACES, _WORDS, "system", "user", "assistant"]
-    for c in _COLORS.split():
-        for s in _SHAPES.split():
-            lines.append(f"a {c} {s} in the top left on a dark background")
-    return lines
-
-
-def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """Byte-level BPE (any text encodes, no unknown tokens) trained on corpus(); deterministic.
-
-    Has Qwen's chat special tokens and `<|endoftext|>` as pad; right padding.
+    Any text encodes (no unknown tokens); ``corpus`` only decides which words get merged
+    into few tokens, so callers pass their own vocabulary (e.g. their world's prompts).
+    Deterministic for a given corpus. Qwen's chat special tokens, `<|endoftext|>` as pad,
+    right padding.
     """
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -44,8 +30,7 @@ def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    tok.train_from_iterator([SYSTEM_PROMPT, *ROLES, *corpus], trainer=trainer)
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=PAD_TOKEN, eos_token="<|im_end|>", padding_side="right"
     )
-    return fast

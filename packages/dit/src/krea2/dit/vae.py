@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from krea2.dit.autoencoder import Autoencoder, check_pixels
-from krea2.dit.patchify import patchify, unpatchify
+from krea2.dit.patches import patchify, unpatchify
 from krea2.infra.errors import UserError
 
 
@@ -19,6 +19,11 @@ def _vae_folder(path: str | Path) -> Path:
     if not (path / "config.json").exists():
         raise UserError(f"autoencoder folder {path} has no config.json (nor vae/config.json)")
     return path
+
+
+def _without_weights(diffusers_cls, path: str | Path) -> nn.Module:
+    """The diffusers model of `path`'s config; build under `torch.device("meta")`."""
+    return diffusers_cls.from_config(diffusers_cls.load_config(_vae_folder(path)))
 
 
 class QwenImageVAE(nn.Module, Autoencoder):
@@ -41,6 +46,14 @@ class QwenImageVAE(nn.Module, Autoencoder):
         from diffusers import AutoencoderKLQwenImage
 
         return cls(AutoencoderKLQwenImage.from_pretrained(_vae_folder(path), torch_dtype=dtype))
+
+    @classmethod
+    def config_only(cls, path: str | Path) -> QwenImageVAE:
+        """The VAE of `path` without weights (meta device): its latent shape, nothing else."""
+        from diffusers import AutoencoderKLQwenImage
+
+        with torch.device("meta"):
+            return cls(_without_weights(AutoencoderKLQwenImage, path))
 
     @classmethod
     def tiny(cls, seed: int = 0) -> QwenImageVAE:
@@ -102,6 +115,14 @@ class Flux2VAE(nn.Module, Autoencoder):
         from diffusers import AutoencoderKLFlux2
 
         return cls(AutoencoderKLFlux2.from_pretrained(_vae_folder(path), torch_dtype=dtype))
+
+    @classmethod
+    def config_only(cls, path: str | Path) -> Flux2VAE:
+        """The VAE of `path` without weights (meta device): its latent shape, nothing else."""
+        from diffusers import AutoencoderKLFlux2
+
+        with torch.device("meta"):
+            return cls(_without_weights(AutoencoderKLFlux2, path))
 
     @classmethod
     def tiny(cls, seed: int = 0) -> Flux2VAE:

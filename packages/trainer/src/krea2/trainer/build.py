@@ -10,9 +10,10 @@ from torch import Tensor, nn
 
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
-from krea2.trainer.config import Autocast, InitDevice, JobConfig, StageConfig
+from krea2.trainer.config import Autocast, InitDevice, JobConfig, ModelConfig, StageConfig
 from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
 from krea2.trainer.objective import Parameterization
+from krea2.trainer.validate import autoencoder_spec
 
 log = get_logger("trainer.build")
 
@@ -75,18 +76,11 @@ class TrainModule(nn.Module):
         return self.output.velocity(v.to(x_t.dtype), x_t, t), aux
 
 
-def build_autoencoder(spec: str, factor: int, device: torch.device) -> nn.Module:
-    """PixelAE for the toy; the Qwen-Image / FLUX.2 VAEs from a local path. Replicated."""
-    kind, _, path = spec.partition(":")
-    if kind == "pixel":
-        from krea2.dit.pixel_ae import PixelAE
+def build_autoencoder(model: ModelConfig, device: torch.device) -> nn.Module:
+    """The job's frozen autoencoder on ``device`` (replicated on every rank)."""
+    from krea2.dit.components import load_autoencoder
 
-        return PixelAE(factor=factor).to(device)
-    from krea2.dit import vae
-
-    cls = {"qwen-image": "QwenImageVAE", "flux2": "Flux2VAE"}[kind]
-    ae = getattr(vae, cls).from_pretrained(path)
-    return ae.to(device).eval().requires_grad_(False)
+    return load_autoencoder(autoencoder_spec(model), device=device)
 
 
 def dit_config(cfg: JobConfig, stage: StageConfig | None = None):

@@ -125,8 +125,10 @@ class ModelConfig:
 
     name: str = "toy"
     overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
-    autoencoder: str = "pixel"  # "pixel" (PixelAE, the toy) or "qwen-image:/path", "flux2:/path"
-    ae_factor: int = 1  # PixelAE space-to-depth factor
+    # A krea2.dit registry name: "pixel[:F]" (PixelAE, the toy), "qwen-image:PATH", "flux2:PATH";
+    # its spatial factor and latent channels come from the registry.
+    autoencoder: str = "pixel"
+    ae_factor: int | None = None  # older spelling of autoencoder = "pixel:F" (pixel only)
     dtype: ParamDtype = ParamDtype.FLOAT32  # on one device; FSDP brings bf16 mixed precision
     # Forward under torch.autocast on one device (fp32 master weights, bf16 matmuls):
     # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast, and on CPUs
@@ -155,13 +157,15 @@ class ModelConfig:
 class TextConfig:
     """Text conditioning.
 
-    ``words``: a learned word-embedding table fanned out over the DiT's taps through fixed
-    near-identity projections, trained with the DiT (the toy recipe, no download).
-    ``qwen3-vl``: the frozen Qwen3-VL encoder of ``krea2.dit.text`` loaded from ``path``.
+    ``encoder``: ``words``, a learned word-embedding table fanned out over the DiT's taps
+    through fixed near-identity projections, trained with the DiT (the toy recipe, no
+    download); or a frozen encoder by its ``krea2.dit`` registry name: ``qwen3-vl:PATH``
+    (Qwen3-VL from a local folder), ``tiny[:SEED]`` (random tiny Qwen3-VL). Frozen
+    encoders give ``max_tokens`` tokens per caption.
     """
 
     encoder: str = "words"
-    path: Path | None = None
+    path: Path | None = None  # older spelling: encoder = "qwen3-vl" + path = "qwen3-vl:PATH"
     vocab_size: int = 4096  # hash buckets of the word table
     max_tokens: int = 32
     cache_size: int = 0  # frozen encoders: embeddings of this many captions kept in memory

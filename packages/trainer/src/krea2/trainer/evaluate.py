@@ -87,7 +87,7 @@ def sample_grid(
     """
     from krea2.dit import flow
     from krea2.dit.pixel_ae import to_uint8
-    from krea2.dit.sampler import euler_sample, seeded_noise
+    from krea2.dit.sampler import euler_sample, seeded_noise, with_cfg
 
     was_training = module.training
     module.eval()
@@ -96,21 +96,17 @@ def sample_grid(
     w, h = size
     f = ae.spatial_factor
     shape = (ae.latent_channels, h // f, w // f)
-    lookup = [*prompts, ""]
+    # With CFG the rows [prompts; negatives] go through one forward (see with_cfg).
+    captions = [*prompts, *[""] * len(prompts)] if cfg_scale != 0 else list(prompts)
+
+    def module_velocity(x, t):  # the module encodes its captions itself
+        return module(x, t, captions)[0]
+
+    velocity = with_cfg(module_velocity, cfg_scale) if cfg_scale != 0 else module_velocity
     rows = []
     for seed in seeds:
         noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
-        # The sampler batches text tensors (and appends the negative for CFG); here the
-        # "text" is each row's prompt index and the module encodes the strings itself.
-        idx = torch.arange(len(prompts)).view(-1, 1)
-        neg = torch.tensor([[len(prompts)]])
-
-        def velocity(x, txt_idx, t, _mask):
-            return module(x, t, [lookup[int(i)] for i in txt_idx[:, 0]])[0]
-
-        x0 = euler_sample(
-            velocity, noise, flow.sampling_times(steps, mu), idx, None, cfg=cfg_scale, neg_txt=neg
-        )
+        x0 = euler_sample(velocity, noise, flow.sampling_times(steps, mu))
         rows.append(to_uint8(ae.decode(x0.float())).numpy())
     module.train(was_training)
     return np.stack(rows, axis=1)

@@ -58,7 +58,7 @@ def sample_stage(
     stage = job.stages[stage_index]
     module = load_stage_module(job, stage_index, trained)
     device = next(module.parameters()).device
-    ae = build_autoencoder(job.model.autoencoder, job.model.ae_factor, device)
+    ae = build_autoencoder(job.model, device)
     side = stage.resolution
     tokens = (side // (ae.spatial_factor * dit_config(job, stage).patch)) ** 2
     mu = stage_mu(stage.time_shift, tokens)

@@ -120,13 +120,6 @@ def apply_fsdp(
     fully_shard(root, mesh=dp_mesh, mp_policy=mp)
 
 
-def tp_partial_params(module: nn.Module) -> list[nn.Parameter]:
-    """Replicated parameters used inside the TP-sharded region, whose gradients are partial
-    sums over each rank's heads: the QK-norm scales (they act per head, after the colwise
-    q/k projections). Their gradients must be summed over the TP group after backward."""
-    return [p for n, p in module.named_parameters() if ".qknorm." in n and p.requires_grad]
-
-
 def sum_tp_partial_grads(params: list[nn.Parameter], tp_mesh: DeviceMesh) -> None:
     """All-reduce (sum) the gradients of ``params`` over the TP group, in place (the local
     shard under FSDP: summing is linear, so it commutes with FSDP's reduce-scatter)."""

@@ -9,6 +9,8 @@ from collections import OrderedDict
 import torch
 from torch import Tensor, nn
 
+from krea2.infra.errors import UserError
+
 _WORD = re.compile(r"[a-z0-9]+")
 EMPTY_TOKEN = "<empty>"
 
@@ -86,12 +88,34 @@ class FrozenEncoder(nn.Module):
         return out
 
 
+LEARNED = "words"  # the trainer's own text conditioner; every other name is krea2.dit's
+
+
+def text_encoder_spec(cfg) -> str:
+    """``cfg.encoder`` (TextConfig) with the older ``path`` field folded in: ``qwen3-vl`` +
+    ``path`` is ``qwen3-vl:PATH``. Raises UserError on an unknown name or a conflict."""
+    from krea2.dit.components import parse_text_encoder
+
+    if cfg.encoder == LEARNED:
+        return LEARNED
+    if cfg.path is not None:
+        if ":" in cfg.encoder:
+            raise UserError(
+                f"text.encoder={cfg.encoder!r} names its path already; remove text.path"
+            )
+        spec = parse_text_encoder(f"{cfg.encoder}:{cfg.path}", also=[LEARNED])
+    else:
+        spec = parse_text_encoder(cfg.encoder, also=[LEARNED])
+    return str(spec)
+
+
 def build_text(cfg, dit_cfg, seed: int) -> nn.Module:
     """The job's text conditioner (``cfg``: TextConfig; ``dit_cfg``: the DiT's config)."""
-    if cfg.encoder == "words":
+    spec = text_encoder_spec(cfg)
+    if spec == LEARNED:
         return WordConditioner(
             cfg.vocab_size, dit_cfg.text_dim, dit_cfg.text_taps, cfg.max_tokens, seed
         )
-    from krea2.dit.text import TextEncoder  # needs the dit text module and a local model
+    from krea2.dit.components import load_text_encoder  # transformers; a local model
 
-    return FrozenEncoder(TextEncoder.from_pretrained(str(cfg.path)), cfg.cache_size)
+    return FrozenEncoder(load_text_encoder(spec, dit_cfg, cfg.max_tokens), cfg.cache_size)

@@ -6,10 +6,7 @@ import glob
 from pathlib import Path
 
 from krea2.infra.errors import UserError
-from krea2.trainer.config import Float8Recipe, JobConfig, StageConfig
-
-AUTOENCODERS = ("pixel", "qwen-image", "flux2")
-TEXT_ENCODERS = ("words", "qwen3-vl")
+from krea2.trainer.config import Float8Recipe, JobConfig, ModelConfig, StageConfig
 
 
 def resolve_files(patterns: list[str], what: str) -> list[Path]:
@@ -55,7 +52,9 @@ def cuda_float8_capable() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
-def _check_stage(cfg: JobConfig, stage: StageConfig, index: int, dp: int, patch: int) -> None:
+def _check_stage(
+    cfg: JobConfig, stage: StageConfig, index: int, dp: int, patch: int, ae_factor: int
+) -> None:
     where = f"stage {stage.name!r}"
     if not stage.data:
         raise UserError(f"{where} has no data; set stages[{index}].data = ['shards/*.parquet']")
@@ -67,7 +66,7 @@ def _check_stage(cfg: JobConfig, stage: StageConfig, index: int, dp: int, patch:
             f"{where}: batch_size={stage.batch_size} is not divisible by the {dp} data-parallel "
             f"ranks; use a multiple of {dp}"
         )
-    factor = cfg.model.ae_factor * patch
+    factor = ae_factor * patch
     if stage.resolution % factor:
         raise UserError(
             f"{where}: resolution={stage.resolution} is not divisible by autoencoder factor x "
@@ -95,6 +94,29 @@ def _check_stage(cfg: JobConfig, stage: StageConfig, index: int, dp: int, patch:
         raise UserError(f"{where}: init_from={stage.init_from!r} does not exist")
 
 
+def autoencoder_spec(model: ModelConfig) -> str:
+    """``model.autoencoder`` as a ``krea2.dit`` registry name, with the older ``ae_factor``
+    folded in (``pixel`` + ``ae_factor = F`` is ``pixel:F``). UserError on a conflict."""
+    from krea2.dit.components import parse_autoencoder
+
+    spec, factor = parse_autoencoder(model.autoencoder), model.ae_factor
+    if factor is None:
+        return str(spec)
+    if spec.kind != "pixel":
+        if factor == 1:  # saved configs of older runs carry the then-default 1 everywhere
+            return str(spec)
+        raise UserError(
+            f"model.ae_factor={factor} applies to pixel only; {spec.kind!r} has its own "
+            "factor (read from its config): remove model.ae_factor"
+        )
+    if spec.number not in (None, factor):
+        raise UserError(
+            f"model.autoencoder={model.autoencoder!r} and model.ae_factor={factor} disagree; "
+            f"write autoencoder = 'pixel:{factor}' and remove ae_factor"
+        )
+    return f"pixel:{factor}"
+
+
 def _model_cfg(cfg: JobConfig):
     from krea2.dit.config import get_config
 
@@ -103,7 +125,9 @@ def _model_cfg(cfg: JobConfig):
 
 def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
     """Raise one UserError naming the first problem of ``cfg`` for ``world_size`` ranks."""
+    from krea2.dit.components import latent_space, parse_text_encoder
     from krea2.dit.parallel import check_tp_degree
+    from krea2.trainer.text import LEARNED, text_encoder_spec
 
     if not cfg.stages:
         raise UserError("the job has no stages; add a [[stages]] table with data and steps")
@@ -111,26 +135,21 @@ def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
     dp, tp = parallel_degrees(cfg, world_size)
     if tp > 1:
         check_tp_degree(model_cfg, tp)
-    ae = cfg.model.autoencoder.split(":", 1)[0]
-    if ae not in AUTOENCODERS:
-        raise UserError(
-            f"model.autoencoder={cfg.model.autoencoder!r}; choose one of {AUTOENCODERS}"
-        )
-    if ae == "pixel" and model_cfg.latent_channels != 3 * cfg.model.ae_factor**2:
+    spec = autoencoder_spec(cfg.model)
+    ae = latent_space(spec)  # reads a VAE's config: UserError when its folder is not there
+    if ae.channels != model_cfg.latent_channels:
         raise UserError(
             f"model {model_cfg.name!r} has latent_channels={model_cfg.latent_channels} but "
-            f"PixelAE(factor={cfg.model.ae_factor}) gives {3 * cfg.model.ae_factor**2}"
+            f"the autoencoder {spec} gives {ae.channels}; pick the matching autoencoder"
         )
-    if cfg.text.encoder not in TEXT_ENCODERS:
-        raise UserError(f"text.encoder={cfg.text.encoder!r}; choose one of {TEXT_ENCODERS}")
-    if cfg.text.encoder == "qwen3-vl" and (cfg.text.path is None or not cfg.text.path.exists()):
-        raise UserError(
-            f"text.encoder='qwen3-vl' needs text.path to a local model, got {cfg.text.path}"
-        )
+    text = text_encoder_spec(cfg.text)
+    path = None if text == LEARNED else parse_text_encoder(text).path
+    if path is not None and not path.exists():
+        raise UserError(f"text.encoder={text!r}: {path} does not exist; give a local model")
     if cfg.parallel.async_tp and tp <= 2:
         raise UserError(f"parallel.async_tp needs tp > 2 (got tp={tp}); set async_tp = false")
     for i, stage in enumerate(cfg.stages):
-        _check_stage(cfg, stage, i, dp, model_cfg.patch)
+        _check_stage(cfg, stage, i, dp, model_cfg.patch, ae.factor)
         if cfg.parallel.async_tp and not stage.compile:
             raise UserError(
                 f"stage {stage.name!r}: async_tp works through torch.compile; set compile = true"

@@ -11,8 +11,8 @@ from torch import Tensor
 from krea2.dit import flow
 from krea2.dit.autoencoder import Autoencoder
 from krea2.dit.model import Krea2DiT
-from krea2.dit.pixel_ae import PixelAE, to_uint8
-from krea2.dit.sampler import euler_sample, seeded_noise
+from krea2.dit.pixel_ae import to_uint8
+from krea2.dit.sampler import dit_velocity, euler_sample, seeded_noise, with_cfg, with_negative
 from krea2.dit.text import TextEncoder
 from krea2.infra.errors import UserError
 
@@ -26,40 +26,6 @@ def parse_size(size: str) -> tuple[int, int]:
     if w <= 0 or h <= 0:
         raise UserError(f"--size {size!r} must be positive")
     return w, h
-
-
-def load_autoencoder(spec: str, dtype: torch.dtype, device: str) -> Autoencoder:
-    """'pixel' | 'pixel:F' | 'qwen:PATH' | 'flux2:PATH' (PATH: a local diffusers folder)."""
-    kind, _, arg = spec.partition(":")
-    if kind == "pixel":
-        return PixelAE(int(arg) if arg else 1)
-    if kind == "qwen" and arg:
-        from krea2.dit.vae import QwenImageVAE
-
-        return QwenImageVAE.from_pretrained(arg, dtype=dtype).to(device)
-    if kind == "flux2" and arg:
-        from krea2.dit.vae import Flux2VAE
-
-        return Flux2VAE.from_pretrained(arg, dtype=dtype).to(device)
-    raise UserError(f"--ae {spec!r}: use 'pixel', 'pixel:F', 'qwen:PATH' or 'flux2:PATH'")
-
-
-def load_text_encoder(
-    spec: str, model: Krea2DiT, max_length: int, dtype: torch.dtype, device: str
-) -> TextEncoder:
-    """'tiny' | 'tiny:SEED' (tiny Qwen3-VL at the DiT's text shape) or a local Qwen3-VL folder."""
-    cfg = model.cfg
-    kind, _, arg = spec.partition(":")
-    if kind == "tiny":
-        enc = TextEncoder.tiny(cfg.text_dim, cfg.text_taps, max_length, seed=int(arg or 0))
-        return enc.to(device)
-    enc = TextEncoder.from_pretrained(spec, max_length=max_length, dtype=dtype, device=device)
-    if enc.hidden_size != cfg.text_dim or len(enc.taps) != cfg.text_taps:
-        raise UserError(
-            f"text encoder {spec} gives {len(enc.taps)} taps x {enc.hidden_size}, the DiT "
-            f"expects {cfg.text_taps} x {cfg.text_dim}"
-        )
-    return enc
 
 
 @torch.no_grad()
@@ -97,18 +63,14 @@ def generate(
     shape = (ae.latent_channels, height // f, width // f)
     noise = seeded_noise([seed + i for i in range(len(prompts))], shape, dtype, device)
     txt, mask = encoder.encode(list(prompts))
-    neg_txt = neg_mask = None
+    txt, mask = txt.to(device, dtype), mask.to(device)
     if cfg != 0:
         neg_txt, neg_mask = encoder.encode([negative])
-        neg_txt, neg_mask = neg_txt.to(device, dtype), neg_mask.to(device)
-
-    def velocity(x, txt, t, mask):  # eager inference: skip padded text tokens
-        return model.velocity(x, txt, t, mask, pack_text=True)
-
-    latents = euler_sample(
-        velocity, noise, times, txt.to(device, dtype), mask.to(device), cfg=cfg,
-        neg_txt=neg_txt, neg_mask=neg_mask,
-    )  # fmt: skip
+        txt, mask = with_negative(txt, mask, neg_txt.to(device, dtype), neg_mask.to(device))
+    velocity = dit_velocity(model, txt, mask, pack_text=True)  # eager: skip padded text
+    if cfg != 0:
+        velocity = with_cfg(velocity, cfg)
+    latents = euler_sample(velocity, noise, times)
     return ae.decode(latents)
 
 
