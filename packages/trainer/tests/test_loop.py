@@ -109,7 +109,7 @@ def test_a_stage_with_a_doubled_patch_starts_as_the_upsampled_previous_model(
     from krea2.trainer.distributed import init_distributed
     from krea2.trainer.inference import load_stage_module, sample_stage
     from krea2.trainer.testing import write_toy_shards
-    from krea2.trainer.trainer import Trainer
+    from krea2.trainer.warmstart import warm_start
 
     write_toy_shards(tmp_path / "s64", 16, size=(64, 64), files=1, batch_size=8, seed=3)
     high = f"""
@@ -133,7 +133,7 @@ warmup_steps = 0
     job = load_config(JobConfig, path, [])
     low = load_stage_module(job, 0, trained=True)
     start = build_module(job, job.stages[1], init_distributed(job))
-    Trainer(job, resume=True)._init_weights(1, job.stages[1], start)
+    warm_start(job, 1, start, distributed=False)
     assert start.dit.first.weight.shape[1] == 3 * 8 * 8
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 32, 32, generator=g)

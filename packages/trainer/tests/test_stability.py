@@ -28,17 +28,17 @@ def test_detector_flags_nan_loss_spike_and_grad_spike_only_after_warmup():
 
 
 def _inject_nan(monkeypatch, bad_steps: set[int]):
-    real = trainer_mod.Trainer._train_step
+    real = trainer_mod.Trainer._forward_backward
     hits: list[int] = []
 
-    def step(self, stage, module, optimizers, params, batch, step, encoder):
-        out = real(self, stage, module, optimizers, params, batch, step, encoder)
+    def step(self, run, batch, step):
+        out = real(self, run, batch, step)
         if step in bad_steps and step not in hits:
             hits.append(step)
             out["loss"] = float("nan")
         return out
 
-    monkeypatch.setattr(trainer_mod.Trainer, "_train_step", step)
+    monkeypatch.setattr(trainer_mod.Trainer, "_forward_backward", step)
     return hits
 
 

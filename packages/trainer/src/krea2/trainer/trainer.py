@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
 )
 
+from krea2.dit.parallel import tp_partial_params
 from krea2.infra.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
@@ -32,7 +33,7 @@ from krea2.trainer.captions import choose_captions
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, all_reduce_sum, init_distributed
-from krea2.trainer.evaluate import eval_loss, sample_grid, save_grid, to_unit
+from krea2.trainer.evaluate import to_unit
 from krea2.trainer.objective import (
     TIME_BUCKETS,
     draw_time_and_noise,
@@ -42,27 +43,20 @@ from krea2.trainer.objective import (
     time_bucket_sums,
     weighted_loss,
 )
-from krea2.trainer.observe import MetricsLog, mfu
+from krea2.trainer.observe import MetricsLog
 from krea2.trainer.optim import build_optimizers, clip_grad_norm, set_lr
-from krea2.trainer.parallelize import sum_tp_partial_grads, tp_partial_params
+from krea2.trainer.parallelize import sum_tp_partial_grads
+from krea2.trainer.reporting import StageReports
 from krea2.trainer.schedule import wsd_factor
-from krea2.trainer.stability import SpikeDetector
+from krea2.trainer.stability import SpikeDetector, Verdict
 from krea2.trainer.validate import resolve_files
+from krea2.trainer.warmstart import stage_checkpoints, warm_start
 
 log = get_logger("trainer")
 
 
 class TrainingStopped(UserError):
     """The run stopped on purpose (too many bad steps or samples); the message says why."""
-
-
-def _like(value: torch.Tensor, target) -> torch.Tensor:
-    """``value`` (a full tensor) laid out as ``target``: sharded the same way if a DTensor."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    if isinstance(target, DTensor):
-        return distribute_tensor(value.to(target.device), target.device_mesh, target.placements)
-    return value.to(target.device)
 
 
 @dataclass
@@ -72,6 +66,22 @@ class StageState:
     step: int = 0  # next step to run
     skip: list[int] = field(default_factory=list)  # batches never to train on (rollbacks)
     stability: dict[str, Any] | None = None
+
+
+@dataclass
+class StageRun:
+    """What one stage's loop works on: its data, module, optimizers, checkpoints and guard."""
+
+    stage: StageConfig
+    data: ShardIndex
+    module: TrainModule
+    optimizers: list[torch.optim.Optimizer]
+    params: list[nn.Parameter]  # the trainable ones, for clipping
+    tp_partial: list[nn.Parameter]  # QK-norm scales whose grads are summed over the tp ranks
+    checkpoints: CheckpointManager
+    detector: SpikeDetector
+    state: StageState = field(default_factory=StageState)
+    encoder: nn.Module | None = None  # iREPA's frozen encoder, while iREPA is on
 
 
 class Trainer:
@@ -93,8 +103,9 @@ class Trainer:
             torch.set_num_threads(cfg.parallel.threads)
         self.run_dir = Path(cfg.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", write=self.env.is_main)
-        self.ae = build_autoencoder(cfg.model.autoencoder, cfg.model.ae_factor, self.env.device)
+        self.ae = build_autoencoder(cfg.model, self.env.device)
         self.latents = LatentCache(cfg.data.cache_latents)
+        self.reports = StageReports(cfg, self.env, self.metrics, self.ae, self.run_dir)
         self._exporter = None
         if cfg.observe.prometheus_port is not None:
             from krea2.infra.metrics import start_exporter
@@ -103,7 +114,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ paths
     def checkpoint_root(self, stage: StageConfig) -> Path:
-        return self.run_dir / "checkpoints" / stage.name
+        return stage_checkpoints(self.run_dir, stage.name)
 
     def _done_marker(self, stage: StageConfig) -> Path:
         return self.run_dir / "checkpoints" / f"{stage.name}.done"
@@ -142,54 +153,6 @@ class Trainer:
         set_optimizer_state_dict(module, optimizers, state["optim"])
         return extra
 
-    def _init_weights(self, i: int, stage: StageConfig, module: TrainModule) -> None:
-        """Start from the previous stage's final weights (DiT and text; not the iREPA head)."""
-        source: Path | None = None
-        if stage.init_from == "previous" and i > 0:
-            prev = self.cfg.stages[i - 1]
-            source = self.checkpoint_root(prev)
-        elif stage.init_from not in ("previous", "none") and Path(stage.init_from).is_dir():
-            source = Path(stage.init_from)
-        if source is None:
-            return
-        full = get_model_state_dict(module)
-        wanted = {k: v for k, v in full.items() if not k.startswith("irepa.")}
-        source_patch = self._source_patch(i, stage)
-        patch = module.dit.cfg.patch
-        channels = module.dit.cfg.latent_channels
-        if source_patch != patch:  # load the source's shapes, then resize them to this stage's
-            from krea2.dit.patch_resize import resize_patch_weights, shapes_at_patch
-
-            for key, shape in shapes_at_patch(full, source_patch, channels, "dit.").items():
-                wanted[key] = torch.empty(shape, dtype=full[key].dtype, device="cpu")
-        if (source / ".metadata").exists():  # a single checkpoint directory
-            import torch.distributed.checkpoint as dcp
-
-            dcp.load({"model": wanted}, checkpoint_id=source, no_dist=not self.env.distributed)
-        else:
-            mgr = CheckpointManager(source)
-            if mgr.latest_step() is None:
-                raise UserError(
-                    f"stage {stage.name!r} starts from {source}, which has no checkpoint"
-                )
-            mgr.load({"model": wanted})
-        if source_patch != patch:
-            resized = resize_patch_weights(wanted, source_patch, patch, channels, prefix="dit.")
-            for key in shapes_at_patch(full, patch, channels, "dit."):
-                wanted[key] = _like(resized[key], full[key])
-            log.info(
-                "stage %s: patch %d -> %d, pixel layers resized", stage.name, source_patch, patch
-            )
-        set_model_state_dict(module, wanted, options=StateDictOptions(strict=False))
-        log.info("stage %s starts from %s", stage.name, source)
-
-    def _source_patch(self, i: int, stage: StageConfig) -> int:
-        """The patch of the weights this stage starts from: the previous stage's, else the
-        model config's (a weights directory is assumed to be of the job's model)."""
-        if stage.init_from == "previous" and i > 0:
-            return dit_config(self.cfg, self.cfg.stages[i - 1]).patch
-        return dit_config(self.cfg).patch
-
     def _indexes(self, i: int, stage: StageConfig) -> tuple[ShardIndex, ShardIndex | None]:
         index = ShardIndex(
             resolve_files(stage.data, f"stage {stage.name!r} data"),
@@ -197,7 +160,7 @@ class Trainer:
             self.cfg.seed + 1000 * i,
             shuffle=stage.shuffle,
         )
-        factor = self.cfg.model.ae_factor * dit_config(self.cfg, stage).patch
+        factor = self.ae.spatial_factor * dit_config(self.cfg, stage).patch
         for ref in {b.bucket: b for b in index.batches}.values():
             check_bucket(ref.size, factor, f"stage {stage.name!r}")
         eval_index = None
@@ -210,141 +173,162 @@ class Trainer:
     def run_stage(
         self, i: int, stage: StageConfig, index: ShardIndex, eval_index: ShardIndex | None
     ) -> None:
+        """Train ``stage`` from its newest checkpoint (or its start) to its last step."""
         cfg, env = self.cfg, self.env
-        module = build_module(cfg, stage, env)
-        factor = cfg.model.ae_factor * module.dit.cfg.patch
-        lr = stage.lr if stage.lr is not None else cfg.optimizer.lr
-        trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-        optimizers = build_optimizers(trainable, cfg.optimizer, lr)
-        params = [p for _, p in trainable]
-        self._tp_partial = tp_partial_params(module) if env.tp > 1 else []
-        mgr = CheckpointManager(
-            self.checkpoint_root(stage), cfg.checkpoint.keep_last, cfg.checkpoint.keep_every
-        )
-        st = StageState()
-        detector = SpikeDetector(cfg.stability)
-        if self.resume and mgr.latest_step() is not None:
-            extra = self._load_state(mgr, module, optimizers)
-            st = StageState(extra["step"] + 1, extra["skip"], extra["stability"])
-            detector.load_state_dict(extra["stability"])
-            restore_rng_state(extra["rng"])
-            log.info("resumed stage %s at step %d", stage.name, st.step)
-        else:
-            self._init_weights(i, stage, module)
-        encoder = None
-        if stage.irepa.steps > st.step:
-            from krea2.trainer.irepa import build_encoder
-
-            encoder = build_encoder(
-                stage.irepa.encoder, stage.irepa.encoder_dim, factor, cfg.seed
-            ).to(env.device)
-            module.set_irepa(stage.irepa.layer)
-
-        def save(step: int, sync: bool) -> None:
-            extra = {
-                "step": step,
-                "skip": st.skip,
-                "stability": detector.state_dict(),
-                "rng": capture_rng_state(),
-                "data": {"stage": stage.name, "step": step, "batches_per_epoch": len(index)},
-            }
-            state = self._state(module, optimizers)
-            if sync or not cfg.checkpoint.async_save:
-                mgr.save(step, state, extra)
-            else:
-                mgr.async_save(step, state, extra)
-
-        fp8_all_gather = (
-            stage.float8 is Float8Recipe.TENSORWISE and env.distributed and not stage.float8_emulate
-        )
-        step = st.step
+        run = self._resume_or_init(i, stage, index)
+        step = run.state.step
         last_saved = step - 1
-        while step < stage.steps:
+        while step < stage.steps:  # a rollback starts the loader again at the restored step
             loader = batch_loader(
                 index, env.dp_rank, env.dp, step, stage.steps, cfg.data.workers, cfg.data.prefetch
             )
-            rolled_back = False
+            restart = None
             t_prev, cpu_prev = time.perf_counter(), time.process_time()
             for batch in loader:
                 step = batch["step"]
-                if step in st.skip:
+                if step in run.state.skip:
                     log.warning("step %d: skipping batch marked bad by a rollback", step)
                     step += 1
                     continue
-                if encoder is not None and step >= stage.irepa.steps:
-                    module.set_irepa(None)  # iREPA off for the rest of the stage
-                    encoder = None
-                out = self._train_step(stage, module, optimizers, params, batch, step, encoder)
-                verdict = detector.judge(out["loss"], out["grad_norm"])
-                if not verdict.ok and cfg.stability.action is not SpikeAction.LOG:
-                    self.metrics.skipped.labels(stage=stage.name, reason=verdict.reason).inc()
-                    keys = batch["keys"]
-                    log.warning(
-                        "step %d: %s (loss %.4g, grad norm %.4g); batch keys %s",
-                        step,
-                        verdict.reason,
-                        out["loss"],
-                        out["grad_norm"],
-                        keys[:8],
-                    )
-                    if detector.consecutive_bad > cfg.stability.max_bad_steps:
-                        raise TrainingStopped(
-                            f"stage {stage.name!r}: {detector.consecutive_bad} bad steps in a row "
-                            f"(last: {verdict.reason} at step {step}); lower the learning rate "
-                            "or inspect the batches logged above"
-                        )
-                    for opt in optimizers:
-                        opt.zero_grad(set_to_none=True)
-                    if (
-                        cfg.stability.action is SpikeAction.ROLLBACK
-                        and mgr.latest_step() is not None
-                    ):
-                        st.skip.append(step)
-                        extra = self._load_state(mgr, module, optimizers)
-                        detector.load_state_dict(extra["stability"])
-                        step = extra["step"] + 1
-                        log.warning(
-                            "rolled back to step %d; batch %d will be skipped",
-                            step - 1,
-                            st.skip[-1],
-                        )
-                        rolled_back = True
-                        break
-                else:
-                    for opt in optimizers:
-                        opt.step()
-                    for opt in optimizers:
-                        opt.zero_grad(set_to_none=True)
-                    if fp8_all_gather:
-                        # float8 FSDP all-gathers need the new weights' scales, computed once
-                        # for all blocks instead of per all-gather.
-                        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
-
-                        precompute_float8_dynamic_scale_for_fsdp(module.dit)
+                out, restart = self._train_step(run, batch, step)
+                if restart is not None:
+                    step = restart
+                    break
                 now, cpu_now = time.perf_counter(), time.process_time()
                 out["step_time"] = now - t_prev  # wall seconds, data wait included
                 out["step_cpu_time"] = cpu_now - cpu_prev  # this process's CPU seconds
                 t_prev, cpu_prev = now, cpu_now
-                self._log_step(stage, module.dit.cfg, step, out, batch)
+                self.reports.step(stage, run.module.dit.cfg, step, out)
                 every = cfg.checkpoint.every
                 if every and (step + 1) % every == 0 and step + 1 < stage.steps:
-                    save(step, sync=False)
+                    self._save(run, step, sync=False)
                     last_saved = step
-                self._periodic(stage, step, module, eval_index)
+                self.reports.periodic(stage, step, run.module, eval_index)
                 step += 1
-            if not rolled_back:
+            if restart is None:
                 break
-        mgr.wait()
+        run.checkpoints.wait()
         if last_saved != stage.steps - 1:
-            save(stage.steps - 1, sync=True)
-        self._finish(stage, module, eval_index)
+            self._save(run, stage.steps - 1, sync=True)
+        self.reports.finish(stage, run.module, eval_index)
         if env.is_main:
             self._done_marker(stage).write_text(f"{stage.steps}\n")
         if env.distributed:
             torch.distributed.barrier()
 
+    def _resume_or_init(self, i: int, stage: StageConfig, index: ShardIndex) -> StageRun:
+        """Build the stage's module and optimizers, then resume them (with the step, guard
+        and RNG state) from the stage's newest checkpoint, or start from earlier weights."""
+        cfg, env = self.cfg, self.env
+        module = build_module(cfg, stage, env)
+        lr = stage.lr if stage.lr is not None else cfg.optimizer.lr
+        trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        run = StageRun(
+            stage=stage,
+            data=index,
+            module=module,
+            optimizers=build_optimizers(trainable, cfg.optimizer, lr),
+            params=[p for _, p in trainable],
+            tp_partial=tp_partial_params(module.dit) if env.tp > 1 else [],
+            checkpoints=CheckpointManager(
+                self.checkpoint_root(stage), cfg.checkpoint.keep_last, cfg.checkpoint.keep_every
+            ),
+            detector=SpikeDetector(cfg.stability),
+        )
+        if self.resume and run.checkpoints.latest_step() is not None:
+            extra = self._load_state(run.checkpoints, module, run.optimizers)
+            run.state = StageState(extra["step"] + 1, extra["skip"], extra["stability"])
+            run.detector.load_state_dict(extra["stability"])
+            restore_rng_state(extra["rng"])
+            log.info("resumed stage %s at step %d", stage.name, run.state.step)
+        else:
+            warm_start(cfg, i, module, env.distributed)
+        if stage.irepa.steps > run.state.step:
+            from krea2.trainer.irepa import build_encoder
+
+            factor = self.ae.spatial_factor * module.dit.cfg.patch
+            run.encoder = build_encoder(
+                stage.irepa.encoder, stage.irepa.encoder_dim, factor, cfg.seed
+            ).to(env.device)
+            module.set_irepa(stage.irepa.layer)
+        return run
+
+    def _save(self, run: StageRun, step: int, sync: bool) -> None:
+        """Checkpoint ``step`` with the loop state; async unless ``sync`` (a stage's end)."""
+        extra = {
+            "step": step,
+            "skip": run.state.skip,
+            "stability": run.detector.state_dict(),
+            "rng": capture_rng_state(),
+            "data": {"stage": run.stage.name, "step": step, "batches_per_epoch": len(run.data)},
+        }
+        state = self._state(run.module, run.optimizers)
+        if sync or not self.cfg.checkpoint.async_save:
+            run.checkpoints.save(step, state, extra)
+        else:
+            run.checkpoints.async_save(step, state, extra)
+
     # ------------------------------------------------------------------ one step
-    def _train_step(self, stage, module, optimizers, params, batch, step, encoder) -> dict:
+    def _train_step(self, run: StageRun, batch: dict, step: int) -> tuple[dict, int | None]:
+        """Forward and backward, then the update unless the spike guard drops it. Returns
+        the step's metrics and, after a rollback, the step to restart from."""
+        stage = run.stage
+        if run.encoder is not None and step >= stage.irepa.steps:
+            run.module.set_irepa(None)  # iREPA off for the rest of the stage
+            run.encoder = None
+        out = self._forward_backward(run, batch, step)
+        verdict = run.detector.judge(out["loss"], out["grad_norm"])
+        if not verdict.ok and self.cfg.stability.action is not SpikeAction.LOG:
+            return out, self._spike_guard(run, verdict, out, batch["keys"], step)
+        for opt in run.optimizers:
+            opt.step()
+        for opt in run.optimizers:
+            opt.zero_grad(set_to_none=True)
+        fp8 = stage.float8 is Float8Recipe.TENSORWISE and not stage.float8_emulate
+        if fp8 and self.env.distributed:
+            # float8 FSDP all-gathers need the new weights' scales, computed once for all
+            # blocks instead of per all-gather.
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            precompute_float8_dynamic_scale_for_fsdp(run.module.dit)
+        return out, None
+
+    def _spike_guard(
+        self, run: StageRun, verdict: Verdict, out: dict, keys: list[str], step: int
+    ) -> int | None:
+        """Drop a bad step's update: count and log it with its batch keys, and stop the run
+        after too many in a row; under ``rollback``, reload the newest checkpoint and mark
+        the batch to be skipped. Returns the step to restart from after a rollback."""
+        stability = self.cfg.stability
+        self.metrics.skipped.labels(stage=run.stage.name, reason=verdict.reason).inc()
+        log.warning(
+            "step %d: %s (loss %.4g, grad norm %.4g); batch keys %s",
+            step,
+            verdict.reason,
+            out["loss"],
+            out["grad_norm"],
+            keys[:8],
+        )
+        if run.detector.consecutive_bad > stability.max_bad_steps:
+            raise TrainingStopped(
+                f"stage {run.stage.name!r}: {run.detector.consecutive_bad} bad steps in a row "
+                f"(last: {verdict.reason} at step {step}); lower the learning rate "
+                "or inspect the batches logged above"
+            )
+        for opt in run.optimizers:
+            opt.zero_grad(set_to_none=True)
+        if stability.action is not SpikeAction.ROLLBACK or run.checkpoints.latest_step() is None:
+            return None
+        run.state.skip.append(step)
+        extra = self._load_state(run.checkpoints, run.module, run.optimizers)
+        run.detector.load_state_dict(extra["stability"])
+        log.warning("rolled back to step %d; batch %d will be skipped", extra["step"], step)
+        return extra["step"] + 1
+
+    def _forward_backward(self, run: StageRun, batch: dict, step: int) -> dict[str, Any]:
+        """The loss of ``batch``, backpropagated, its grads summed and clipped; returns the
+        step's metrics, all-reduced over the dp ranks."""
+        stage, module = run.stage, run.module
         cfg, env = self.cfg, self.env
         local = batch["pixels"].shape[0]
         weight = batch["weight"].to(env.device)
@@ -357,7 +341,7 @@ class Trainer:
                 f"(over stability.max_bad_samples={cfg.stability.max_bad_samples}); "
                 "check the shards named in the log"
             )
-        lr = set_lr(optimizers, wsd_factor(step, stage.steps, stage.schedule))
+        lr = set_lr(run.optimizers, wsd_factor(step, stage.steps, stage.schedule))
         first = env.dp_rank * local
         gens = [sample_generator(cfg.seed, step, first + j) for j in range(local)]
         captions = choose_captions(
@@ -375,9 +359,9 @@ class Trainer:
             gens, tuple(latents.shape[1:]), mu, stage.time_loc, stage.time_scale
         )
         target = None
-        if encoder is not None:
+        if run.encoder is not None:
             grid = (latents.shape[2] // patch, latents.shape[3] // patch)
-            target = encoder(pixels, grid)
+            target = run.encoder(pixels, grid)
         aux_box: list = []
 
         def velocity(x, _txt, tt, _mask):
@@ -393,8 +377,8 @@ class Trainer:
             loss = loss + stage.irepa.weight * irepa_loss
         loss.backward()
         if env.tp > 1:
-            sum_tp_partial_grads(self._tp_partial, env.mesh["tp"])
-        grad_norm = clip_grad_norm(params, cfg.optimizer.grad_clip)
+            sum_tp_partial_grads(run.tp_partial, env.mesh["tp"])
+        grad_norm = clip_grad_norm(run.params, cfg.optimizer.grad_clip)
         stats = time_bucket_sums(terms.per_sample, terms.t, weight)
         flow_sum = torch.stack([(terms.per_sample.detach() * weight).sum().double()])
         packed = torch.cat([flow_sum, stats.flatten()])
@@ -417,81 +401,3 @@ class Trainer:
         if irepa_loss is not None:
             out["irepa_loss"] = float(packed[-1])
         return out
-
-    # ------------------------------------------------------------------ observability
-    def _log_step(self, stage: StageConfig, dcfg, step: int, out: dict, batch: dict) -> None:
-        from krea2.dit.flops import cost
-
-        cfg, env = self.cfg, self.env
-        global_batch = stage.batch_size
-        dt = out["step_time"]
-        out["samples_per_second"] = global_batch / dt
-        out["tokens_per_second"] = global_batch * out["image_tokens"] / dt
-        mode = stage.checkpointing.value if stage.checkpointing.value != "none" else None
-        flops = cost(
-            dcfg, global_batch, out["image_tokens"], cfg.text.max_tokens, checkpointing=mode
-        ).train_flops
-        out["mfu"] = mfu(flops, dt, env.world, cfg.observe.peak_tflops)
-        out["step"] = step
-        if step % cfg.observe.log_every == 0 or step == stage.steps - 1:
-            self.metrics.record("train", stage.name, out)
-            log.info(
-                "%s step %d loss %.4f grad %.3f lr %.2e %.1f samples/s",
-                stage.name,
-                step,
-                out["loss"],
-                out["grad_norm"],
-                out["lr"],
-                out["samples_per_second"],
-            )
-
-    def _periodic(self, stage, step, module, eval_index) -> None:
-        obs = self.cfg.observe
-        last = step == stage.steps - 1
-        if obs.eval_every and (step + 1) % obs.eval_every == 0 and not last:
-            self._eval(stage, step, module, eval_index)
-        if obs.sample_every and (step + 1) % obs.sample_every == 0 and not last:
-            self._samples(stage, step, module)
-
-    def _finish(self, stage, module, eval_index) -> None:
-        self._eval(stage, stage.steps - 1, module, eval_index)
-        self._samples(stage, stage.steps - 1, module)
-
-    def _eval(self, stage, step, module, eval_index) -> None:
-        if eval_index is None:
-            return
-        obs = self.cfg.observe
-        value = eval_loss(
-            module,
-            self.ae,
-            eval_index,
-            self.env,
-            obs.eval_batches,
-            obs.eval_times,
-            self.cfg.seed,
-            stage.caption_weights,
-        )
-        self.metrics.record("eval", stage.name, {"step": step, "eval_loss": value})
-        log.info("%s step %d eval loss %.4f", stage.name, step, value)
-
-    def _samples(self, stage, step, module) -> None:
-        obs = self.cfg.observe
-        if not obs.sample_prompts:
-            return
-        size = (stage.resolution, stage.resolution)
-        f = self.cfg.model.ae_factor * module.dit.cfg.patch
-        mu = stage_mu(stage.time_shift, (size[0] // f) * (size[1] // f))
-        images = sample_grid(
-            module,
-            self.ae,
-            obs.sample_prompts,
-            obs.sample_seeds,
-            size,
-            obs.sample_steps,
-            obs.sample_cfg,
-            mu,
-        )
-        if self.env.is_main:
-            path = self.run_dir / "samples" / f"{stage.name}-{step:06d}.png"
-            save_grid(images, obs.sample_prompts, path)
-            self.metrics.record("samples", stage.name, {"step": step, "path": str(path)})
