@@ -1,6 +1,6 @@
 """Curate speed: decode + all cheap filters + all hashes per image, against the usual way.
 
-Ours (``krea2.curate.analysis.analyze_bytes``): one decode at reduced scale (JPEG DCT
+Ours (``krea2.curate.image_analysis.analyze_bytes``): one decode at reduced scale (JPEG DCT
 scaling), EXIF/alpha/mode handling, the ten cheap filters (numba; Canny in cv2) and md5,
 phash 8/12 and colorhash on the 256-px analysis pixels. Baseline, as users write it today:
 Pillow full decode → RGB, ``imagehash.phash(img, hash_size=12)``, ``imagehash.phash(img)``,
@@ -31,12 +31,12 @@ import imagehash
 import numpy as np
 from PIL import Image
 
-from krea2.curate.analysis import analyze_bytes, analyze_decoded, decode_limits
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
 from krea2.curate.filters import run_cheap_filters
 from krea2.curate.filters.complexity import edge_density
 from krea2.curate.hashes import colour_hash_bytes, image_hashes, phash_bytes
+from krea2.curate.image_analysis import analyze_bytes, analyze_decoded, decode_limits
 from krea2.curate.planes import planes
 from krea2.curate.shapes import render, sample_scene
 from krea2.curate.threads import single_threaded

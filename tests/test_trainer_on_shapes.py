@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from krea2.curate import shapes
-from krea2.curate.export import Sample, export_shards
+from krea2.curate import Sample, export_shards, shapes
 
 SMALL_WORLD = dict(
     max_objects=1,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from krea2.curate.analysis import analyze_bytes
 from krea2.curate.config import DedupConfig
 from krea2.curate.dedup import dedup_configured, near_duplicate_pairs, verified_pairs
 from krea2.curate.dedup_partitioned import (
@@ -15,6 +14,7 @@ from krea2.curate.dedup_partitioned import (
     partitioned_pairs,
     plan_partitions,
 )
+from krea2.curate.image_analysis import analyze_bytes
 from krea2.curate.shapes.defects import make_pool
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from krea2.curate.analysis import analyze_bytes
 from krea2.curate.dedup import near_duplicate_pairs
 from krea2.curate.hashes import HUE_BINS, hue_distance, hue_histogram
+from krea2.curate.image_analysis import analyze_bytes
 from krea2.curate.shapes import render
 from krea2.curate.shapes.defects import encode
 from krea2.curate.shapes.spec import Background, Scene, ShapeObject

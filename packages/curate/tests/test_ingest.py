@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from krea2.curate.ingest import list_source
+from krea2.curate.sources import list_source
 from krea2.curate.storage import file_uri, read_uri, register_reader
 from krea2.infra.errors import UserError
 
@@ -58,7 +58,7 @@ def test_parquet_with_image_bytes_is_read_in_place(tmp_path):
     import numpy as np
 
     from krea2.curate.config import CurateConfig
-    from krea2.curate.jobs import analyze_uri
+    from krea2.curate.handlers import analyze_uri
     from krea2.curate.shapes import render, sample_scene
     from krea2.curate.shapes.defects import encode
 
@@ -76,3 +76,46 @@ def test_parquet_with_image_bytes_is_read_in_place(tmp_path):
     assert result["width"] == 300 and result["reject"] is None
     with pytest.raises(UserError, match="outside"):
         read_uri(rows[0]["uri"].replace("row=0", "row=99"))
+
+
+def test_a_sidecar_json_becomes_the_rows_meta_and_is_not_an_image(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(b"a")
+    (tmp_path / "a.json").write_text('{"caption": "a cat", "url": "https://x/a.jpg"}')
+    (tmp_path / "b.png").write_bytes(b"b")
+    (tmp_path / "notes.json").write_text("[1, 2]")  # no image of that stem: not a sidecar
+    rows = {r["image_key"]: r for r in list_source(tmp_path, "s")}
+    assert sorted(rows) == ["s/a.jpg", "s/b.png"]
+    assert rows["s/a.jpg"]["meta"] == {"caption": "a cat", "url": "https://x/a.jpg"}
+    assert rows["s/b.png"]["meta"] is None
+    every = [r["image_key"] for r in list_source(tmp_path, "s", all_files=True)]
+    assert every == ["s/a.jpg", "s/b.png", "s/notes.json"]
+
+
+def test_a_sidecar_that_is_not_a_json_object_is_a_user_error(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(b"a")
+    (tmp_path / "a.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match="must hold a JSON object"):
+        list(list_source(tmp_path, "s"))
+    (tmp_path / "a.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        list(list_source(tmp_path, "s"))
+
+
+def test_the_pool_writer_puts_each_scene_in_a_sidecar():
+    import tempfile
+    from pathlib import Path
+
+    from krea2.curate.shapes import Scene, make_pool, shapes_captioner, write_pool
+
+    items = make_pool(seed=1, n_clean=3, n_per_defect=1, n_overrepresented=0,
+                      classes=("flat", "exact_duplicate"))  # fmt: skip
+    with tempfile.TemporaryDirectory() as d:
+        write_pool(items, Path(d))
+        rows = list(list_source(Path(d), "pool"))
+        assert len(rows) == len(items)
+        for item, row in zip(items, rows, strict=True):
+            if item.scene is None:  # flat colour, exact copies: nothing drawn
+                assert row["meta"] is None
+                assert shapes_captioner(row["uri"], row["meta"]) == {}
+            else:
+                assert Scene.from_dict(row["meta"]["scene"]) == item.scene

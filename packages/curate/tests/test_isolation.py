@@ -31,10 +31,13 @@ def test_memory_beyond_the_address_space_limit_fails_only_that_task(pool):
 
 
 def test_each_child_runs_the_warm_up_before_it_takes_work():
-    from krea2.curate.analysis import warm_up
+    from krea2.curate.image_analysis import warm_up
 
     # Asked in the child (the task must be importable there, so a builtin and a string).
-    ran = "__import__('krea2.curate.analysis').curate.analysis.warm_up.cache_info().currsize"
+    ran = (
+        "__import__('krea2.curate.image_analysis')"
+        ".curate.image_analysis.warm_up.cache_info().currsize"
+    )
     p = IsolatedPool(processes=1, timeout_s=60.0, memory_mb=3072, warm_up=warm_up)
     try:
         assert p.map(eval, [ran]) == [1]

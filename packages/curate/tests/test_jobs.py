@@ -13,13 +13,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from krea2.curate import jobs
+from krea2 import curate
 from krea2.curate.cli import app
-from krea2.curate.config import CurateConfig
-from krea2.curate.ingest import list_source
-from krea2.curate.pipeline import curate_in_memory
-from krea2.curate.shapes.defects import make_pool, write_pool
-from krea2.curate.tagging import shapes_tagger
+from krea2.curate.shapes import make_pool, shapes_tagger, write_pool
+from krea2.curate.sources import list_source
+from krea2.curate.stages import COLUMNS
 from krea2.infra import shards
 
 
@@ -54,8 +52,8 @@ def test_warehouse_dag_gives_the_in_memory_verdicts(
         "--cluster",
         c,
     )
-    wh = jobs.open_warehouse(c)
-    rows = {r["image_key"]: r for r in jobs.scan_all(wh, [], list(jobs.COLUMNS))}
+    wh = curate.open_warehouse(c)
+    rows = {r["image_key"]: r for r in curate.read_rows(wh, list(COLUMNS))}
     wh.close()
     listed = list(list_source(directory, "pool"))
     assert sorted(rows) == sorted(r["image_key"] for r in listed)
@@ -66,9 +64,9 @@ def test_warehouse_dag_gives_the_in_memory_verdicts(
             assert row["decode_error"] == expected, name
     keys = [r["image_key"] for r in listed]
     datas = [(directory / r["image_key"].split("/", 1)[1]).read_bytes() for r in listed]
-    memory = curate_in_memory(keys, datas, CurateConfig(), ocr_engine, shapes_tagger)
+    memory = curate.curate_in_memory(keys, datas, curate.CurateConfig(), ocr_engine, shapes_tagger)
     for v in memory:
-        assert jobs.final_reason(rows[v.key]) == v.reason, (v.key, rows[v.key]["reason"])
+        assert curate.final_reason(rows[v.key]) == v.reason, (v.key, rows[v.key]["reason"])
         if v.concept is not None:
             assert rows[v.key]["concept_over"] == v.concept.overrepresented, v.key
     assert any(r["concept_over"] for r in rows.values())
@@ -82,9 +80,15 @@ def test_report_and_export_from_the_warehouse(tmp_path, cluster_file):
         n_overrepresented=0,
         classes=("flat", "near_duplicate", "border"),
     )
+    # One clean image without its sidecar: kept, but the captioner has no scene for it.
+    labels = [json.loads(line) for line in (directory / "labels.jsonl").read_text().splitlines()]
+    bare = next(m["file"] for m in labels if m["label"] == "clean")
+    (directory / bare).with_suffix(".json").unlink()
     c = str(cluster_file)
     _invoke("ingest", str(directory), "--name", "pool", "--cluster", c)
-    _invoke("run", "--stages", "analyze,dedup", "--cluster", c)
+    _invoke(
+        "run", "--stages", "analyze,dedup,ocr,captions", "--captioner", "shapes", "--cluster", c
+    )
     out = tmp_path / "report"
     _invoke(
         "report", "--out", str(out), "--labels", str(directory / "labels.jsonl"), "--cluster", c
@@ -96,23 +100,21 @@ def test_report_and_export_from_the_warehouse(tmp_path, cluster_file):
     assert summary["precision_recall"]["near_duplicate"]["precision"] == 1.0
     assert summary["duplicate_groups"] >= 1
     shard_dir = tmp_path / "shards"
-    _invoke(
-        "export",
-        "--out",
-        str(shard_dir),
-        "--side",
-        "64",
-        "--batch-size",
-        "4",
-        "--captions",
-        str(directory / "labels.jsonl"),
-        "--cluster",
-        c,
+    output = _invoke(
+        "export", "--out", str(shard_dir), "--side", "64", "--batch-size", "4", "--cluster", c
     )
+    assert "1 kept rows skipped without captions" in output
     table = pq.read_table(sorted(shard_dir.glob("*.parquet"))[0])
     shards.validate_shard_table(table)
     exported = set(table.column("key").to_pylist())
     assert exported and all("clean" in k for k in exported)
+    assert f"pool/{bare}" not in exported
+    by_file = {m["file"]: m for m in labels}
+    for row in table.select(["key", "captions", "meta"]).to_pylist():
+        scene = curate.shapes.Scene.from_dict(by_file[row["key"].split("/", 1)[1]]["scene"])
+        expected = [{"format": f, "text": t} for f, t in curate.shapes.captions(scene).items()]
+        assert row["captions"] == expected
+        assert curate.shapes.Scene.from_dict(json.loads(row["meta"])["scene"]) == scene
 
 
 def test_unknown_stage_and_tagger_are_user_errors(cluster_file):
@@ -144,12 +146,12 @@ def test_a_worker_killed_mid_batch_loses_nothing(tmp_path, cluster_file):
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
-    wh = jobs.open_warehouse(c)
+    wh = curate.open_warehouse(c)
     reader = wh.reader()
     done = 0
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        done = reader.count(jobs.TABLE, [["md5", "is not", None]])
+        done = reader.count(curate.TABLE, [["md5", "is not", None]])
         if done >= 4:
             break
         time.sleep(0.05)
@@ -158,7 +160,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(tmp_path, cluster_file):
     assert 4 <= done < total, "the worker must die with work left"
     time.sleep(2.5)  # let the dead worker's lease expire
     _invoke("run", "--stages", "analyze", "--batch-size", "16", "--cluster", c)
-    rows = list(jobs.scan_all(wh, [], ["image_key", "md5", "reject", "uri"]))
+    rows = curate.read_rows(wh, ["md5", "reject", "uri"])
     wh.close()
     assert len(rows) == total and all(r["md5"] for r in rows)
     assert all(r["reject"] is None for r in rows)  # every one a clean image

@@ -6,9 +6,9 @@ import pytest
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.evaluate import clean_kept, pair_precision_recall, precision_recall
-from krea2.curate.pipeline import curate_in_memory, dedup_analyses
+from krea2.curate.in_memory import curate_in_memory, dedup_analyses
+from krea2.curate.shapes import shapes_tagger
 from krea2.curate.shapes.defects import DEFECT_CLASSES, make_pool
-from krea2.curate.tagging import shapes_tagger
 
 
 @pytest.fixture(scope="module")

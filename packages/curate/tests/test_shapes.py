@@ -116,3 +116,27 @@ def test_verifier_reads_words_with_ocr(ocr_engine):
     assert shapes.verify(other, image, ocr=ocr_engine).by_kind()["word"] == 0.0
     # Without an engine a word is never silently passed.
     assert shapes.verify(scene, image).by_kind()["word"] == 0.0
+
+
+def test_shapes_eval_scores_rendered_scenes_and_prompts_per_kind():
+    rng = np.random.default_rng(3)
+    scenes = [shapes.sample_scene(rng, max_objects=2, word_prob=0.0) for _ in range(4)]
+    images = np.stack([[shapes.render(s, 64, 64)] * 2 for s in scenes])  # [4, 2, 64, 64, 3]
+    result = shapes.shapes_eval(images, scenes)
+    assert result.score == 1.0 and result.all_correct == 1.0
+    assert set(result.by_kind) == {"object", "position", "count", "total"}
+    assert result.per_image == [[1.0, 1.0]] * 4
+    prompts = [shapes.captions(s)["medium"] for s in scenes]
+    wrong = shapes.shapes_eval(images[::-1], prompts)  # each image under another's prompt
+    assert wrong.score < 0.5 and set(wrong.by_kind) <= {"object", "position", "count", "total"}
+
+
+def test_the_toy_world_holds_out_concepts_but_every_colour_shape_and_cell_is_seen():
+    split = shapes.split_concepts(0, 0.15)
+    assert not set(split.train) & set(split.held_out) and split.held_out
+    assert {c for c, _, _ in split.train} == set(shapes.WORLD_COLORS)
+    assert {s for _, s, _ in split.train} == set(shapes.WORLD_SHAPES)
+    assert {p for _, _, p in split.train} == set(range(9))
+    prompt = shapes.eval_prompt(split.held_out[0])
+    scene = shapes.concept_scene(split.held_out[0])
+    assert shapes.verify(prompt, shapes.render(scene, 64, 64)).score == 1.0

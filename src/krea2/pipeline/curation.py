@@ -29,11 +29,12 @@ def curate_pool(pool_dir: Path, cluster: Path, workers: int, log: Path) -> dict:
         if stage == "analyze":
             krea2("curate", "run", "--stages", "dedup", *c, log=log)
     krea2("curate", "run", "--stages", "concepts", *c, log=log)
+    krea2("curate", "run", "--stages", "captions", "--captioner", "shapes", *c, log=log)
     return funnel(cluster, pool_dir / "labels.jsonl")
 
 
 def warehouse_rows(cluster: Path) -> list[dict]:
-    from krea2.curate.jobs import open_warehouse, scan_all
+    from krea2.curate import open_warehouse, read_rows
 
     wh = open_warehouse(str(cluster))
     try:
@@ -50,7 +51,7 @@ def warehouse_rows(cluster: Path) -> list[dict]:
             "width",
             "height",
         ]
-        return list(scan_all(wh, [], cols))
+        return read_rows(wh, cols)
     finally:
         wh.close()
 
@@ -62,8 +63,7 @@ def file_of(uri: str) -> str:
 def funnel(cluster: Path, labels_path: Path) -> dict:
     """Counts kept/rejected per reason and precision/recall per injected defect class (over
     the images with ground truth: all but the one-object variants, counted apart)."""
-    from krea2.curate.evaluate import clean_kept, precision_recall
-    from krea2.curate.jobs import final_reason
+    from krea2.curate import clean_kept, final_reason, precision_recall
     from krea2.pipeline.pool import VARIANT, read_labels
 
     labels = read_labels(labels_path)
@@ -104,6 +104,8 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
 
 
 def export_stage(cluster: Path, labels: Path, out: Path, side: int, batch: int, log: Path) -> dict:
+    """Export the kept rows with the captions the warehouse holds (``labels`` is unused: the
+    captions stage wrote them from the pool's sidecars)."""
     krea2(
         "curate",
         "export",
@@ -111,8 +113,6 @@ def export_stage(cluster: Path, labels: Path, out: Path, side: int, batch: int, 
         str(out),
         "--side",
         str(side),
-        "--captions",
-        str(labels),
         "--batch-size",
         str(batch),
         "--stage",

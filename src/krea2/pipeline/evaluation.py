@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from krea2.pipeline.world import Concept, concept_scene, eval_prompt
+from krea2.curate.shapes import Concept, concept_scene, eval_prompt
 
 
 def sample(
@@ -24,26 +24,15 @@ def sample(
 
 
 def shapes_eval(images: np.ndarray, concepts: list[Concept]) -> dict:
-    """Rubric-verifier scores of images [P, S, H, W, 3] for their concepts: the mean score
-    (ShapesEval) and the mean pass rate per requirement kind."""
-    from krea2.curate.shapes import verify
+    """ShapesEval (``krea2.curate.shapes.shapes_eval``) of images [P, S, H, W, 3] for their
+    concepts' scenes: the mean score and the mean pass rate per requirement kind."""
+    from krea2.curate.shapes import shapes_eval as score
 
-    scores: list[float] = []
-    kinds: dict[str, list[float]] = {}
-    per_image: list[list[float]] = []
-    for concept, row in zip(concepts, images, strict=True):
-        scene = concept_scene(concept)
-        per_image.append([])
-        for image in row:
-            v = verify(scene, image)
-            scores.append(v.score)
-            per_image[-1].append(v.score)
-            for kind, value in v.by_kind().items():
-                kinds.setdefault(kind, []).append(value)
+    result = score(images, [concept_scene(c) for c in concepts])
     return {
-        "shapes_eval": float(np.mean(scores)),
-        "by_kind": {k: float(np.mean(v)) for k, v in sorted(kinds.items())},
-        "all_correct": float(np.mean([s == 1.0 for s in scores])),
-        "per_image": per_image,
+        "shapes_eval": result.score,
+        "by_kind": result.by_kind,
+        "all_correct": result.all_correct,
+        "per_image": result.per_image,
         "prompts": [eval_prompt(c) for c in concepts],
     }

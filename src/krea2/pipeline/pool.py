@@ -10,12 +10,18 @@ from pathlib import Path
 
 import numpy as np
 
-from krea2.curate.analysis import ImageAnalysis, analyze_bytes
-from krea2.curate.config import CurateConfig
-from krea2.curate.shapes import Scene, render
-from krea2.curate.shapes.defects import PoolItem, encode, make_pool, write_pool
+from krea2.curate import CurateConfig, ImageAnalysis, analyze_bytes
+from krea2.curate.shapes import (
+    PoolItem,
+    Scene,
+    WorldSplit,
+    encode,
+    make_pool,
+    one_object_scenes,
+    render,
+    write_pool,
+)
 from krea2.pipeline.config import PoolSpec
-from krea2.pipeline.world import WorldSplit, one_object_scenes
 
 # The label of a one-object render that curate's dedup folds into an earlier render of the
 # same concept (a re-render nudged by under a pixel, or another take of the concept): the
@@ -29,7 +35,7 @@ def distinct(analyses: list[ImageAnalysis], cfg: CurateConfig) -> list[int]:
     """Indices of the images curate's dedup keeps (one per duplicate group, the earliest
     among equals). No two keepers are near duplicates (they would share a group), so a
     "clean" label on them means the warehouse should keep them."""
-    from krea2.curate.pipeline import dedup_analyses
+    from krea2.curate import dedup_analyses
 
     result = dedup_analyses(analyses, cfg)
     return [int(i) for i in np.nonzero(result.keep)[0]]

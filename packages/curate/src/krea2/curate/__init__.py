@@ -1,3 +1,97 @@
-"""krea2.curate."""
+"""krea2.curate: image curation on krablet, and ShapesWorld (``krea2.curate.shapes``).
+
+>>> from krea2 import curate
+>>> wh = curate.open_warehouse("/tmp/kb/cluster.json")
+>>> curate.ingest(wh, Path("/tmp/pool"), "pool")
+>>> curate.run_stages(wh, curate.STAGE_NAMES, tagger="shapes", captioner="shapes")
+>>> curate.export_warehouse(wh, Path("/tmp/shards"), side=64)
+
+Names are imported on first use (the CLI imports this package; numba, OpenCV and the
+warehouse client load only when needed).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_PUBLIC: dict[str, str] = {
+    # the warehouse: open, ingest, run, read
+    "open_warehouse": "warehouse",
+    "ingest": "warehouse",
+    "ingest_rows": "warehouse",
+    "run_stages": "warehouse",
+    "check_stages": "warehouse",
+    "run_worker": "warehouse",
+    "read_rows": "warehouse",
+    "kept_rows": "warehouse",
+    # the DAG's declaration
+    "STAGES": "stages",
+    "STAGE_NAMES": "stages",
+    "Stage": "stages",
+    "TABLE": "stages",
+    "final_reason": "stages",
+    "images_table": "stages",
+    # pluggable taggers and captioners
+    "Tagger": "plugins",
+    "Captioner": "plugins",
+    "register_tagger": "plugins",
+    "register_captioner": "plugins",
+    # export and report
+    "export_warehouse": "export",
+    "export_shards": "export",
+    "stage_buckets": "export",
+    "Sample": "export",
+    "ExportStats": "export",
+    "write_report": "report",
+    # configuration
+    "CurateConfig": "config",
+    "StageThresholds": "config",
+    "DecodeLimits": "config",
+    # per-image work and the DAG in memory
+    "DecodeError": "decode",
+    "DecodedImage": "decode",
+    "analyze_bytes": "image_analysis",
+    "ImageAnalysis": "image_analysis",
+    "curate_in_memory": "in_memory",
+    "dedup_analyses": "in_memory",
+    "Verdict": "in_memory",
+    "DedupResult": "dedup",
+    "OcrEngine": "ocr",
+    "read_uri": "storage",
+    "register_reader": "storage",
+    # filters and hashes
+    "CHEAP_FILTERS": "filters",
+    "run_cheap_filters": "filters",
+    "FilterResult": "filters",
+    "image_hashes": "hashes",
+    "md5": "hashes",
+    "hamming": "hashes",
+    "phash_bits": "hashes",
+    "colorhash_bits": "hashes",
+    "hue_histogram": "hashes",
+    # evaluation against ground truth
+    "precision_recall": "evaluate",
+    "clean_kept": "evaluate",
+    "pair_precision_recall": "evaluate",
+    "DEFECT_REASONS": "evaluate",
+}
+
+__all__ = sorted([*_PUBLIC, "shapes"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "shapes":
+        return importlib.import_module("krea2.curate.shapes")
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'krea2.curate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"krea2.curate.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

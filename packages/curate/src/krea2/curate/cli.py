@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from krea2.curate import STAGE_NAMES
+
 app = typer.Typer(
     help="Image curation on krablet: ingest, cheap filters, dedup, OCR, report, shard export."
     "\n\nExample: krea2 curate ingest ./photos && krea2 curate run && "
@@ -16,15 +18,16 @@ app = typer.Typer(
 CLUSTER_HELP = "Cluster file or comma-separated DSNs (default: $KRABLET_CLUSTER)."
 CONFIG_HELP = "TOML file of curate settings (see docs/curate.md)."
 SET_HELP = "Override a setting, e.g. --set stages.256.max_aspect=2.5 (repeatable)."
-STAGES = ("analyze", "dedup", "ocr", "tags", "concepts")
 
 
 def _config(config: Path | None, overrides: list[str], stage: str | None):
-    from krea2.curate.config import CurateConfig
-    from krea2.curate.jobs import with_stage
+    from dataclasses import replace
+
+    from krea2.curate import CurateConfig
     from krea2.infra.config import load_config
 
-    cfg = with_stage(load_config(CurateConfig, config, overrides), stage)
+    cfg = load_config(CurateConfig, config, overrides)
+    cfg = replace(cfg, stage=stage) if stage else cfg
     cfg.thresholds()  # fail now, with the fix, on an unknown stage
     return cfg
 
@@ -40,71 +43,83 @@ def ingest(
 ) -> None:
     """List SOURCE into the images table; bytes stay where they are (rows hold URIs).
 
-    Re-ingesting is idempotent: keys are source/relative-path. The per-file work (md5, size,
-    format, decode, filters, hashes) is the `analyze` job that `run` executes.
+    Re-ingesting is idempotent: keys are source/relative-path. In a directory, a sidecar
+    <stem>.json next to an image (webdataset/img2dataset style) becomes the row's metadata.
+    The per-file work (md5, size, format, decode, filters, hashes) is the `analyze` stage
+    that `run` executes.
 
     Example: krea2 curate ingest ./photos --name photos --cluster /tmp/kb/cluster.json
     """
-    from krea2.curate.ingest import list_source
-    from krea2.curate.jobs import ingest_rows, open_warehouse
+    from krea2 import curate
 
-    wh = open_warehouse(cluster)
-    n = ingest_rows(wh, list_source(source, name, all_files))
+    wh = curate.open_warehouse(cluster)
+    n = curate.ingest(wh, source, name, all_files)
     wh.close()
     typer.echo(f"ingested {n} images from {source} (run `krea2 curate run` to process them)")
 
 
-def _run_worker(wh, job: str, handler, batch_size: int, lease_s: float | None, follow: bool):
-    import threading
+def _run_with_progress(batch_size: int, lease_s: float | None, follow: bool):
+    """A ``run_stages`` job runner: one worker on this process, with a progress bar."""
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    def run_job(wh, stage, handler):
+        import threading
 
-    from krea2.curate.jobs import TABLE
-    from krea2.curate.threads import single_threaded
-    from krea2.krablet import Worker
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    single_threaded()  # one worker process per core
+        from krea2 import curate
 
-    j = wh.table(TABLE).job(job)
-    reader = wh.reader()
-    where_done = [[j.done_column, "is not", None]]
-    total_where = {
-        "analyze": [],
-        "ocr": [["dup_keep", "is", True]],
-        "tags": [["text_reject", "=", ""]],
-    }[job]
-    worker = Worker(wh, TABLE, job, handler, batch_size=batch_size, lease_s=lease_s)
-    stop = threading.Event()
+        reader = wh.reader()
+        todo, done = stage.progress_filters()
+        stop = threading.Event()
+        with Progress(
+            "[bold]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        ) as progress:
+            task = progress.add_task(stage.name, total=reader.count(curate.TABLE, todo) or None)
 
-    with Progress(
-        "[bold]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-    ) as progress:
-        task = progress.add_task(job, total=reader.count(TABLE, total_where) or None)
+            def poll() -> None:
+                while not stop.wait(1.0):
+                    progress.update(
+                        task,
+                        completed=reader.count(curate.TABLE, done),
+                        total=reader.count(curate.TABLE, todo),
+                    )
 
-        def poll() -> None:
-            while not stop.wait(1.0):
-                progress.update(
-                    task,
-                    completed=reader.count(TABLE, total_where + where_done),
-                    total=reader.count(TABLE, total_where),
-                )
+            t = threading.Thread(target=poll, daemon=True)
+            t.start()
+            stats = curate.run_worker(
+                wh,
+                stage,
+                handler,
+                batch_size=batch_size,
+                lease_s=lease_s,
+                follow=follow,
+                install_signals=True,
+                single_thread=True,  # one worker process per core
+            )
+            stop.set()
+            t.join()
+            progress.update(task, completed=reader.count(curate.TABLE, done))
+        typer.echo(
+            f"{stage.name}: {stats.completed} done, {stats.failed} failed (retried later), "
+            f"{stats.released} released"
+        )
+        return stats
 
-        t = threading.Thread(target=poll, daemon=True)
-        t.start()
-        stats = worker.run(until_empty=not follow, install_signals=True)
-        stop.set()
-        t.join()
-        progress.update(task, completed=reader.count(TABLE, total_where + where_done))
-    typer.echo(
-        f"{job}: {stats.completed} done, {stats.failed} failed (retried later), "
-        f"{stats.released} released"
-    )
+    return run_job
+
+
+def _echo_pass_result(stage, result) -> None:
+    if isinstance(result, dict):  # a pass's counts (a job's worker already reported)
+        typer.echo(f"{stage.name}: {result}")
 
 
 @app.command()
 def run(
-    stages: str = typer.Option("analyze,dedup,ocr", help=f"Comma-separated, from {STAGES}."),
-    tagger: str = typer.Option("none", help="Concept tagger for tags/concepts: none or shapes."),
+    stages: str = typer.Option(
+        "analyze,dedup,ocr", help=f"Comma-separated, from {', '.join(STAGE_NAMES)}."
+    ),
+    tagger: str = typer.Option("none", help="Concept tagger of the tags stage, e.g. shapes."),
+    captioner: str = typer.Option("none", help="Captioner of the captions stage, e.g. shapes."),
     processes: int = typer.Option(1, help="Isolated decode processes of the analyze job."),
     batch_size: int = typer.Option(32, help="Rows per claim."),
     lease_s: float = typer.Option(None, help="Lease length in s (default: the job's)."),
@@ -114,41 +129,33 @@ def run(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
-    """Run the curation DAG: analyze → dedup → ocr (→ tags → concepts), with progress.
+    """Run curation stages in order: analyze → dedup → ocr → tags → concepts, captions.
 
-    Workers are krablet workers: kill one at any time and rerun; nothing is lost.
+    Jobs run as krablet workers (kill one at any time and rerun; nothing is lost), with
+    progress; passes (dedup, concepts) recompute over the warehouse.
 
-    Example: krea2 curate run --stages analyze,dedup,ocr,tags,concepts --tagger shapes
+    Example: krea2 curate run --stages analyze,dedup,ocr,tags,concepts,captions
+    --tagger shapes --captioner shapes
     """
-    from krea2.curate import jobs
-    from krea2.infra.errors import UserError
+    from krea2 import curate
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    bad = [s for s in chosen if s not in STAGES]
-    if bad:
-        raise UserError(f"unknown stage(s) {bad}; choose from {list(STAGES)}")
-    if tagger not in ("none", "shapes"):
-        raise UserError(f"--tagger {tagger!r}: use 'none' or 'shapes'")
-    if "tags" in chosen and tagger == "none":
-        raise UserError("the tags stage needs a tagger: pass --tagger shapes")
+    curate.check_stages(chosen, tagger, captioner)  # before the warehouse is opened
     cfg = _config(config, set_, stage)
-    wh = jobs.open_warehouse(cluster)
-    for s in chosen:
-        if s == "analyze":
-            h = jobs.configured(jobs.AnalyzeHandler, cfg, processes=processes)
-            _run_worker(wh, "analyze", h, batch_size, lease_s, follow)
-        elif s == "dedup":
-            typer.echo(f"dedup: {jobs.dedup_pass(wh, cfg)}")
-        elif s == "ocr":
-            _run_worker(
-                wh, "ocr", jobs.configured(jobs.OcrHandler, cfg), batch_size, lease_s, follow
-            )
-        elif s == "tags":
-            h = jobs.configured(jobs.ShapesTagHandler, cfg)
-            _run_worker(wh, "tags", h, batch_size, lease_s, follow)
-        else:
-            typer.echo(f"concepts: {jobs.concept_pass(wh, cfg)}")
-    wh.close()
+    wh = curate.open_warehouse(cluster)
+    try:
+        curate.run_stages(
+            wh,
+            chosen,
+            cfg,
+            tagger=tagger,
+            captioner=captioner,
+            processes=processes,
+            run_job=_run_with_progress(batch_size, lease_s, follow),
+            on_result=_echo_pass_result,
+        )
+    finally:
+        wh.close()
 
 
 def _labels(path: Path | None) -> dict[str, str]:
@@ -158,13 +165,6 @@ def _labels(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     return {m["file"]: m["label"] for m in map(json.loads, path.read_text().splitlines())}
-
-
-def _all_rows(wh) -> list[dict]:
-    from krea2.curate.jobs import TABLE, scan_all
-
-    cols = [c for c in wh.table(TABLE).all_columns if c not in ("phash8", "phash12", "colorhash")]
-    return list(scan_all(wh, [], cols))
 
 
 @app.command()
@@ -182,19 +182,10 @@ def report(
     """
     from urllib.parse import unquote, urlparse
 
-    from krea2.curate.decode import DecodeError, DecodeLimits, decode
-    from krea2.curate.jobs import final_reason, open_warehouse
-    from krea2.curate.report import build_report
-    from krea2.curate.storage import read_uri
+    from krea2 import curate
 
-    def thumb(uri: str):
-        try:
-            return decode(read_uri(uri), DecodeLimits(analysis_size=128)).pixels
-        except (OSError, DecodeError):
-            return None
-
-    wh = open_warehouse(cluster)
-    rows = _all_rows(wh)
+    wh = curate.open_warehouse(cluster)
+    rows = curate.read_rows(wh)
     wh.close()
     by_file = _labels(labels)
     keyed = {
@@ -202,7 +193,7 @@ def report(
         for r in rows
         if (n := Path(unquote(urlparse(r["uri"] or "").path)).name) in by_file
     }
-    summary = build_report(rows, out, thumb, final_reason, keyed or None, examples)
+    summary = curate.write_report(rows, out, keyed or None, examples)
     typer.echo(
         f"report: {out / 'index.html'} ({summary['images']} images, "
         f"{summary['reasons'].get('kept', 0)} kept)"
@@ -214,62 +205,46 @@ def export(
     out: Path = typer.Option(..., help="Directory for shard-NNNNN.parquet files."),
     side: int = typer.Option(256, help="Bucket side in px (buckets have about side² pixels)."),
     stage: str = typer.Option(None, help="Stage name recorded in the shards (default: side)."),
-    captions: Path = typer.Option(
-        None,
-        help="JSONL with `file` and `scene` (ShapesWorld) or "
-        "`captions` per image; images without captions are skipped.",
-    ),
     seed: int = typer.Option(0, help="Shuffle seed."),
     batch_size: int = typer.Option(32, help="Rows per single-bucket batch."),
     rows_per_file: int = typer.Option(4096, help="Rows per Parquet file."),
     image_format: str = typer.Option("png", help="png or jpeg."),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
-    """Export the kept images as pre-shuffled, bucket-packed training shards.
+    """Export the kept images, with the captions the `captions` stage wrote to their rows,
+    as pre-shuffled, bucket-packed training shards. Rows without captions are skipped.
 
-    Example: krea2 curate export --out shards/ --side 64 --captions pool/labels.jsonl
+    Example: krea2 curate export --out shards/ --side 64
     """
-    import json
-    from urllib.parse import unquote, urlparse
-
-    from krea2.curate.export import Sample, export_shards
-    from krea2.curate.jobs import final_reason, open_warehouse
-    from krea2.curate.shapes import Scene
-    from krea2.curate.shapes import captions as scene_captions
-    from krea2.curate.storage import read_uri
-
-    caps: dict[str, tuple[dict, dict]] = {}
-    if captions is not None:
-        for m in map(json.loads, captions.read_text().splitlines()):
-            if m.get("scene"):
-                caps[m["file"]] = (
-                    scene_captions(Scene.from_dict(m["scene"])),
-                    {"scene": m["scene"]},
-                )
-            elif m.get("captions"):
-                caps[m["file"]] = (m["captions"], {})
-    wh = open_warehouse(cluster)
-    rows = [r for r in _all_rows(wh) if final_reason(r) is None and r.get("md5")]
-    wh.close()
-
-    def samples():
-        for r in rows:
-            name = Path(unquote(urlparse(r["uri"]).path)).name
-            if name not in caps:
-                continue
-            text, meta = caps[name]
-            meta = meta | {"source": r["source"], "md5": r["md5"]}
-            yield Sample(r["image_key"], read_uri(r["uri"]), text, r["uri"], meta)
-
     from rich.progress import track
 
-    todo = track(samples(), total=len(rows), description="export")
-    stats = export_shards(
-        todo, out, stage or str(side), side, seed, batch_size, rows_per_file, image_format
+    from krea2 import curate
+
+    wh = curate.open_warehouse(cluster)
+    try:
+        stats = curate.export_warehouse(
+            wh,
+            out,
+            side,
+            stage,
+            seed,
+            batch_size,
+            rows_per_file,
+            image_format,
+            progress=lambda samples, n: track(samples, total=n, description="export"),
+        )
+    finally:
+        wh.close()
+    skipped = (
+        f"; {stats.uncaptioned} kept rows skipped without captions "
+        "(run `krea2 curate run --stages captions --captioner NAME`)"
+        if stats.uncaptioned
+        else ""
     )
     typer.echo(
         f"export: {stats.rows} rows in {stats.files} files under {out}; buckets "
         f"{stats.buckets}; {stats.dropped_tail} tail rows dropped, {stats.failed} failed"
+        f"{skipped}"
     )
 
 
@@ -281,12 +256,13 @@ def pool(
     per_defect: int = typer.Option(10, help="Images per defect class."),
     overrepresented: int = typer.Option(30, help="Images of the over-represented concept."),
 ) -> None:
-    """Write a ShapesWorld raw pool with injected defects and ground-truth labels.
+    """Write a ShapesWorld raw pool with injected defects and ground-truth labels; each
+    scene's spec goes in a sidecar <stem>.json that ingest reads into the row's metadata.
 
     Example: krea2 curate pool --out /tmp/pool && krea2 curate ingest /tmp/pool --name pool
     """
-    from krea2.curate.shapes.defects import make_pool, write_pool
+    from krea2.curate import shapes
 
-    items = make_pool(seed, clean, per_defect, overrepresented)
-    labels = write_pool(items, out)
+    items = shapes.make_pool(seed, clean, per_defect, overrepresented)
+    labels = shapes.write_pool(items, out)
     typer.echo(f"pool: {len(items)} images under {out}, labels in {labels}")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -25,6 +26,9 @@ from PIL import Image
 
 from krea2.curate.decode import DecodeLimits, decode
 from krea2.infra.errors import UserError
+
+if TYPE_CHECKING:
+    from krea2.krablet import Warehouse
 
 ASPECTS: tuple[float, ...] = (1.0, 4 / 3, 3 / 2, 16 / 9, 2.0)
 
@@ -72,10 +76,14 @@ class Sample:
 
 @dataclass
 class ExportStats:
+    """Rows written, files, a bucket's incomplete last run dropped, samples that failed to
+    decode, rows skipped for want of captions, and rows per bucket."""
+
     rows: int = 0
     files: int = 0
     dropped_tail: int = 0
     failed: int = 0
+    uncaptioned: int = 0
     buckets: dict[str, int] = field(default_factory=dict)
 
 
@@ -140,25 +148,25 @@ def export_shards(
     batch_size: int = 32,
     rows_per_file: int = 4096,
     image_format: str = "png",
+    stats: ExportStats | None = None,
 ) -> ExportStats:
     """Write ``out_dir/shard-NNNNN.parquet`` files for ``samples`` (deterministic for a seed).
 
     Each file holds whole batches (``rows_per_file`` is rounded down to a multiple of
     ``batch_size``) and records ``krea2.stage``, ``krea2.seed`` and ``krea2.batch_size``.
-    A sample that cannot be decoded is counted in ``failed`` and skipped.
+    A sample that cannot be decoded is counted in ``failed`` and skipped. Files are written
+    by ``krea2.infra.shards.write_shard`` (validated, then renamed into place). ``stats``:
+    counts to add to (e.g. ``uncaptioned`` from ``warehouse_samples``).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from krea2.curate.decode import DecodeError
-    from krea2.infra import shards
+    from krea2.infra.shards import write_shard
 
     if batch_size < 1 or rows_per_file < batch_size:
         raise UserError(f"need 1 <= batch_size <= rows_per_file, got {batch_size}, {rows_per_file}")
     if image_format not in ("png", "jpeg"):
         raise UserError(f"image format {image_format!r}: use 'png' or 'jpeg'")
     buckets = stage_buckets(side)
-    stats = ExportStats()
+    stats = stats or ExportStats()
     rows = []
     for s in samples:
         try:
@@ -167,23 +175,62 @@ def export_shards(
             stats.failed += 1
     ordered, stats.dropped_tail = pack(rows, batch_size, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
-    schema = shards.shard_arrow_schema().with_metadata(
-        {
-            shards.METADATA_STAGE: stage.encode(),
-            shards.METADATA_SEED: str(seed).encode(),
-            shards.METADATA_BATCH_SIZE: str(batch_size).encode(),
-        }
-    )
     per_file = rows_per_file - rows_per_file % batch_size
     for n, start in enumerate(range(0, len(ordered), per_file)):
-        chunk = ordered[start : start + per_file]
-        table = pa.Table.from_pylist(chunk, schema=schema)
-        shards.validate_shard_table(table)
-        tmp = out_dir / f".shard-{n:05d}.parquet.tmp"
-        pq.write_table(table, tmp, row_group_size=batch_size * 16)
-        tmp.replace(out_dir / f"shard-{n:05d}.parquet")  # atomic: readers never see half a file
+        write_shard(
+            ordered[start : start + per_file],
+            out_dir / f"shard-{n:05d}.parquet",
+            stage=stage,
+            seed=seed,
+            batch_size=batch_size,
+            row_group_size=batch_size * 16,
+        )
         stats.files += 1
     stats.rows = len(ordered)
     for r in ordered:
         stats.buckets[r["bucket"]] = stats.buckets.get(r["bucket"], 0) + 1
     return stats
+
+
+def warehouse_samples(rows: Iterable[dict], stats: ExportStats) -> Iterator[Sample]:
+    """Export samples of warehouse rows (``image_key``, ``uri``, ``source``, ``md5``,
+    ``meta``, ``captions``); a row without captions is skipped and counted in
+    ``stats.uncaptioned``. A sample's meta is the row's ingest metadata plus its source and
+    md5."""
+    from krea2.curate.storage import read_uri
+
+    for r in rows:
+        captions = {c["format"]: c["text"] for c in r.get("captions") or ()}
+        if not captions:
+            stats.uncaptioned += 1
+            continue
+        meta = (r.get("meta") or {}) | {"source": r["source"], "md5": r["md5"]}
+        yield Sample(r["image_key"], read_uri(r["uri"]), captions, r["uri"], meta)
+
+
+def export_warehouse(
+    wh: Warehouse,
+    out_dir: Path,
+    side: int,
+    stage: str | None = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    rows_per_file: int = 4096,
+    image_format: str = "png",
+    progress: Callable[[Iterator[Sample], int], Iterable[Sample]] | None = None,
+) -> ExportStats:
+    """``export_shards`` of the warehouse's kept rows (``kept_rows``), with the captions the
+    ``captions`` stage wrote; rows without captions are skipped (``stats.uncaptioned``).
+    ``stage`` defaults to ``str(side)``; ``progress(samples, total)`` may wrap the samples
+    (e.g. ``rich.progress.track``)."""
+    from krea2.curate.warehouse import kept_rows
+
+    rows = kept_rows(wh, ["uri", "source", "md5", "meta", "captions"])
+    stats = ExportStats()
+    samples: Iterable[Sample] = warehouse_samples(rows, stats)
+    if progress is not None:
+        samples = progress(samples, len(rows))  # type: ignore[arg-type]
+    return export_shards(
+        samples, out_dir, stage or str(side), side, seed, batch_size, rows_per_file,
+        image_format, stats,
+    )  # fmt: skip

@@ -4,7 +4,7 @@ The filters want OpenCV's grey, the three channel histograms, the white/black pi
 the grey mean and spread of every row and column and the Laplacian tile variances; the
 hashes want Pillow's luma and the colour-class counts. All of it, and the scores of the
 filters that need nothing else (Laplacian, entropy, flat colour, border), comes out of one
-compiled call (``_measure``: ``pixel_pass.read_pixels`` and the filters' kernels), with the
+compiled call (``_measure``: ``pixel_pass.read_pixels`` and ``score_kernels``), with the
 colour classes and the white/black marks looked up in the table of every 24-bit colour
 (``colour_table``).
 """
@@ -17,10 +17,8 @@ import numpy as np
 from numba import njit
 
 from krea2.curate.colour_table import ColourStats, code_counts, index_table, present_codes
-from krea2.curate.filters.border import widest_band
-from krea2.curate.filters.entropy import entropy_bits
-from krea2.curate.filters.flat import flat_count
 from krea2.curate.pixel_pass import frozen, mean_std, read_pixels
+from krea2.curate.score_kernels import entropy_bits, flat_count, widest_band
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,21 @@ import numpy as np
 
 from krea2.curate.evaluate import clean_kept, precision_recall
 from krea2.curate.filters import CHEAP_FILTERS
+from krea2.curate.stages import final_reason
 
 Thumb = Callable[[str], np.ndarray | None]
+
+
+def thumbnail(uri: str) -> np.ndarray | None:
+    """(h, w, 3) uint8 pixels of the image at ``uri``, longest side 128 px; None if it
+    cannot be read or decoded."""
+    from krea2.curate.decode import DecodeError, DecodeLimits, decode
+    from krea2.curate.storage import read_uri
+
+    try:
+        return decode(read_uri(uri), DecodeLimits(analysis_size=128)).pixels
+    except (OSError, DecodeError):
+        return None
 
 
 def _png(pixels: np.ndarray) -> str:
@@ -67,19 +80,20 @@ def _img_tag(thumb: Thumb, row: dict, caption: str) -> str:
     )
 
 
-def build_report(
+def write_report(
     rows: Sequence[dict],
     out_dir: Path,
-    thumb: Thumb,
-    final_reason: Callable[[dict], str | None],
     labels: dict[str, str] | None = None,
     examples: int = 8,
     groups: int = 12,
+    thumb: Thumb = thumbnail,
 ) -> dict:
-    """Write ``out_dir/index.html`` and ``out_dir/summary.json`` for warehouse ``rows``.
+    """Write ``out_dir/index.html`` and ``out_dir/summary.json`` for warehouse ``rows``
+    (``read_rows``), each judged by ``final_reason``.
 
     ``labels`` (image_key → ground-truth label, e.g. from a ShapesWorld pool) adds precision
-    and recall per defect class. Returns the summary dict.
+    and recall per defect class; ``thumb(uri)`` gives an example's pixels. Returns the
+    summary dict.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     reasons = [final_reason(r) for r in rows]

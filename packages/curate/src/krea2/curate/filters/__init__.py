@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from krea2.curate.config import StageThresholds
 from krea2.curate.decode import DecodedImage
 from krea2.curate.filters.animation import animation
@@ -16,23 +14,8 @@ from krea2.curate.filters.extremes import black, white
 from krea2.curate.filters.flat import flat_color
 from krea2.curate.filters.laplacian import laplacian
 from krea2.curate.filters.resolution import resolution
-
-if TYPE_CHECKING:
-    from krea2.curate.planes import Planes
-
-# In report order; `broken` (a failed decode) comes before all of these.
-CHEAP_FILTERS = (
-    "resolution",
-    "aspect_ratio",
-    "animation",
-    "laplacian",
-    "entropy",
-    "white_ratio",
-    "black_ratio",
-    "flat_color",
-    "border",
-    "complexity",
-)
+from krea2.curate.planes import Planes, planes
+from krea2.curate.stages import CHEAP_FILTERS  # in report order; `broken` comes before all
 
 
 def run_cheap_filters(
@@ -41,8 +24,6 @@ def run_cheap_filters(
     """Every cheap filter on one decode, in ``CHEAP_FILTERS`` order. Grey, the channel
     histograms, the white/black counts and the line statistics come from ``shared`` (the
     image's ``planes``, computed here when not given)."""
-    from krea2.curate.planes import planes  # here, not at the top: planes imports the filters
-
     px = image.pixels
     p = planes(px) if shared is None else shared
     n = p.colours.pixels

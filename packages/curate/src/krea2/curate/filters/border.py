@@ -2,82 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-from numba import njit
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_most
 from krea2.curate.pixel_pass import frozen
-
-if TYPE_CHECKING:
-    from krea2.curate.planes import LineStats
-
-UNIFORM = 6.0  # max per-channel std of a band, grey levels
-STEP = 24.0  # min colour difference between the band and the line after it
-SHARP_SHARE = 0.7  # share of the next line that must differ (a frame's sides cover the rest)
-
-
-TOP, BOTTOM, LEFT, RIGHT = 0, 1, 2, 3  # edges; TOP and BOTTOM (< LEFT) run along rows
-
-
-@njit(cache=True, nogil=True)
-def _line_index(edge: int, i: int, n: int) -> int:
-    """Row or column of the i-th line counted from ``edge`` (n lines)."""
-    return i if edge in (TOP, LEFT) else n - 1 - i
-
-
-@njit(cache=True, nogil=True)
-def _pixel(px: np.ndarray, edge: int, line: int, j: int, c: int) -> float:
-    """Channel c of pixel j of row/column ``line`` (already mapped by ``_line_index``)."""
-    if edge < LEFT:
-        return float(px[line, j, c])
-    return float(px[j, line, c])
-
-
-@njit(cache=True, nogil=True)
-def _band_width(px: np.ndarray, means: np.ndarray, stds: np.ndarray, edge: int) -> int:
-    """Width in lines of the uniform band along ``edge`` of (h, w, 3) uint8 RGB ``px`` that
-    ends in a sharp transition, else 0. ``means``/``stds``: the grey mean and std of every
-    row (TOP, BOTTOM) or column (LEFT, RIGHT), in image order. A band of the background's
-    own colour never ends in one."""
-    h, w = px.shape[0], px.shape[1]
-    n, length = (h, w) if edge < LEFT else (w, h)
-    first = _line_index(edge, 0, n)
-    if stds[first] > UNIFORM:
-        return 0
-    k = 0  # the first line that is not part of the band
-    for i in range(1, n // 2):
-        line = _line_index(edge, i, n)
-        if abs(means[line] - means[first]) > UNIFORM or stds[line] > UNIFORM:
-            k = i
-            break
-    if k == 0:
-        return 0
-    # Grey alone cannot see a chroma change: the band's first and last lines must match.
-    last = _line_index(edge, k - 1, n)
-    colour = np.zeros(3)
-    for j in range(length):
-        for c in range(3):
-            colour[c] += _pixel(px, edge, first, j, c) / length
-    for line in (first, last):
-        for j in range(length):
-            for c in range(3):
-                if abs(_pixel(px, edge, line, j, c) - colour[c]) > 4 * UNIFORM:
-                    return 0
-    # The resize may blend one line, so the hard edge is at k or k + 1.
-    for i in range(k, min(k + 2, n)):
-        line = _line_index(edge, i, n)
-        sharp = 0
-        for j in range(length):
-            diff = 0.0
-            for c in range(3):
-                diff = max(diff, abs(_pixel(px, edge, line, j, c) - colour[c]))
-            sharp += diff > STEP
-        if sharp >= SHARP_SHARE * length:
-            return k
-    return 0
+from krea2.curate.planes import LineStats, planes
+from krea2.curate.score_kernels import widest_band
 
 
 def border_fraction(pixels: np.ndarray, lines: LineStats | None = None) -> float:
@@ -85,24 +16,10 @@ def border_fraction(pixels: np.ndarray, lines: LineStats | None = None) -> float
     ``pixels`` (h, w, 3) uint8 RGB; ``lines`` their grey row/column statistics
     (``Planes.lines``) if already computed."""
     if lines is None:
-        from krea2.curate.planes import planes  # here, not at the top: planes imports this module
-
         lines = planes(pixels).lines
     means_stds = (lines.row_mean, lines.row_std, lines.col_mean, lines.col_std)
     stats = (frozen(v, np.float64) for v in means_stds)
     return float(widest_band(frozen(pixels), *stats))
-
-
-@njit(cache=True, nogil=True)
-def widest_band(px, row_mean, row_std, col_mean, col_std) -> float:
-    """The widest of the four edges' bands (``_band_width``) as a share of its dimension."""
-    h, w = px.shape[0], px.shape[1]
-    return max(
-        max(_band_width(px, row_mean, row_std, TOP), _band_width(px, row_mean, row_std, BOTTOM))
-        / h,
-        max(_band_width(px, col_mean, col_std, LEFT), _band_width(px, col_mean, col_std, RIGHT))
-        / w,
-    )
 
 
 def border(score: float, t: StageThresholds) -> FilterResult:

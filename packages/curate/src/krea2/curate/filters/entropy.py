@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from krea2.curate.config import StageThresholds
 from krea2.curate.filters.base import FilterResult, at_least
 from krea2.curate.pixel_pass import frozen
+from krea2.curate.planes import planes
+from krea2.curate.score_kernels import entropy_bits
 
 
 def channel_histograms(pixels: np.ndarray) -> np.ndarray:
     """(h, w, 3) uint8 RGB → (3, 256) int64 pixel counts per channel level (shared by the
     entropy and flat-colour filters; ``Planes.hists``)."""
-    from krea2.curate.planes import planes  # here, not at the top: planes imports this module
-
     return planes(pixels).hists
 
 
@@ -23,19 +22,6 @@ def rgb_entropy(pixels: np.ndarray, hists: np.ndarray | None = None) -> float:
     ``hists``: the pixels' ``channel_histograms`` if already computed."""
     hists = channel_histograms(pixels) if hists is None else hists
     return float(entropy_bits(frozen(hists, np.int64)))
-
-
-@njit(cache=True, nogil=True)
-def entropy_bits(hists: np.ndarray) -> float:
-    """(3, 256) int64 counts → mean per-channel Shannon entropy, bits."""
-    n = hists[0].sum()
-    total = 0.0
-    for c in range(3):
-        for level in range(256):
-            if hists[c, level] > 0:
-                p = hists[c, level] / n
-                total -= p * np.log2(p)
-    return total / 3
 
 
 def entropy(score: float, t: StageThresholds) -> FilterResult:

@@ -1,4 +1,5 @@
-"""ShapesWorld: synthetic scenes with exact specs, captions, defects and a rubric verifier.
+"""ShapesWorld: synthetic scenes with exact specs, captions, defects, a rubric verifier and
+ShapesEval.
 
 >>> import numpy as np
 >>> from krea2.curate import shapes
@@ -10,10 +11,20 @@
 
 from __future__ import annotations
 
-from krea2.curate.shapes.analyze import DetectedObject, analyze
+from krea2.curate.shapes.annotate import shapes_captioner, shapes_tagger
 from krea2.curate.shapes.captions import captions
+from krea2.curate.shapes.defects import (
+    DEFECT_CLASSES,
+    OVERREPRESENTED,
+    PoolItem,
+    encode,
+    make_pool,
+    write_pool,
+)
+from krea2.curate.shapes.detect import DetectedObject, detect_objects
 from krea2.curate.shapes.render import render
 from krea2.curate.shapes.sample import sample_scene
+from krea2.curate.shapes.shapes_eval import ShapesEvalScore, shapes_eval
 from krea2.curate.shapes.spec import (
     BACKGROUND_COLORS,
     BACKGROUND_KINDS,
@@ -35,28 +46,58 @@ from krea2.curate.shapes.verify import (
     scene_requirements,
     verify,
 )
+from krea2.curate.shapes.world import (
+    WORLD_BACKGROUNDS,
+    WORLD_COLORS,
+    WORLD_SHAPES,
+    Concept,
+    WorldSplit,
+    concept_scene,
+    eval_prompt,
+    one_object_scenes,
+    split_concepts,
+)
 
 __all__ = [
     "BACKGROUND_COLORS",
     "BACKGROUND_KINDS",
     "CELLS",
     "COLORS",
+    "DEFECT_CLASSES",
+    "OVERREPRESENTED",
     "SHAPES",
     "SIZES",
     "WORDS",
+    "WORLD_BACKGROUNDS",
+    "WORLD_COLORS",
+    "WORLD_SHAPES",
     "Background",
+    "Concept",
     "DetectedObject",
+    "PoolItem",
     "Requirement",
     "RequirementResult",
     "Scene",
     "ShapeObject",
+    "ShapesEvalScore",
     "Verification",
     "Word",
-    "analyze",
+    "WorldSplit",
     "captions",
+    "concept_scene",
+    "detect_objects",
+    "encode",
+    "eval_prompt",
+    "make_pool",
+    "one_object_scenes",
     "parse_prompt",
     "render",
     "sample_scene",
     "scene_requirements",
+    "shapes_captioner",
+    "shapes_eval",
+    "shapes_tagger",
+    "split_concepts",
     "verify",
+    "write_pool",
 ]

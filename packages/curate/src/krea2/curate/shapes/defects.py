@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw
 from krea2.curate.shapes.render import _font, render
 from krea2.curate.shapes.sample import sample_scene
 from krea2.curate.shapes.spec import COLORS, WORDS, Scene, ShapeObject
+from krea2.curate.sources import sidecar_path
 
 DEFECT_CLASSES: tuple[str, ...] = (
     "broken",
@@ -291,12 +292,18 @@ def make_pool(
 
 
 def write_pool(items: list[PoolItem], directory: Path) -> Path:
-    """Write the files (in pool order, with a ``NNNNN-`` prefix) and ``labels.jsonl``."""
+    """Write the files (in pool order, with a ``NNNNN-`` prefix) and ``labels.jsonl`` (the
+    ground truth, for evaluation only). An item with a scene gets a sidecar ``<stem>.json``
+    holding ``{"scene": spec}``: what the generator drew, the metadata ingest puts in the
+    row (``krea2.curate.sources``) and the ``shapes`` captioner writes captions from."""
     directory.mkdir(parents=True, exist_ok=True)
     labels = directory / "labels.jsonl"
     with labels.open("w") as f:
         for n, it in enumerate(items):
             meta = it.meta() | {"file": f"{n:05d}-{it.key}.{it.ext}"}
-            (directory / meta["file"]).write_bytes(it.data)
+            image = directory / meta["file"]
+            image.write_bytes(it.data)
+            if it.scene is not None:
+                sidecar_path(image).write_text(json.dumps({"scene": meta["scene"]}))
             f.write(json.dumps(meta) + "\n")
     return labels

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from krea2.curate.shapes.analyze import COLOR_DISTANCE, DetectedObject, analyze
 from krea2.curate.shapes.captions import NUMBER_WORDS, plural, where
+from krea2.curate.shapes.detect import COLOR_DISTANCE, DetectedObject, detect_objects
 from krea2.curate.shapes.spec import CELLS, COLORS, SHAPES, Scene
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ def verify(
         if isinstance(prompt_or_scene, Scene)
         else parse_prompt(prompt_or_scene)
     )
-    objects = analyze(image, max_color_distance)
+    objects = detect_objects(image, max_color_distance)
     words = None
     if ocr is not None and any(r.kind == "word" for r in reqs):
         words = ocr.read(image).text

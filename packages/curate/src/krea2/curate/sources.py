@@ -1,7 +1,14 @@
-"""Ingest sources: a directory tree, a URI list or a Parquet file → rows of the images table."""
+"""Ingest sources: a directory tree, a URI list or a Parquet file → rows of the images table.
+
+Per-image metadata travels with a directory's images the webdataset / img2dataset way: a
+sidecar ``<stem>.json`` next to ``<stem>.<ext>`` (a JSON object: alt text, source URL, a
+ShapesWorld scene spec, ...) becomes the row's ``meta``; sidecars are never ingested as
+images.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,14 +20,44 @@ URI_COLUMNS = ("uri", "url", "path")
 BYTES_COLUMNS = ("image", "bytes", "jpg", "png")
 
 
+SIDECAR_SUFFIX = ".json"
+
+
+def sidecar_path(image: Path) -> Path:
+    """Where the metadata of ``image`` lives: ``<stem>.json`` beside it."""
+    return image.with_suffix(SIDECAR_SUFFIX)
+
+
+def read_sidecar(image: Path) -> dict | None:
+    """The JSON object in ``image``'s sidecar, None if there is none; a sidecar that is not
+    a JSON object is a user error naming the file."""
+    path = sidecar_path(image)
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"sidecar {path} is not valid JSON ({e}); fix or remove it") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"sidecar {path} must hold a JSON object, not {type(meta).__name__}")
+    return meta
+
+
 def _from_directory(root: Path, source: str, all_files: bool) -> Iterator[dict]:
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
-            continue
-        if not all_files and path.suffix.lower() not in IMAGE_SUFFIXES:
-            continue
+    paths = [p for p in sorted(root.rglob("*")) if p.is_file()]
+    stems = {p.with_suffix("") for p in paths if p.suffix != SIDECAR_SUFFIX}
+    for path in paths:
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            sidecar = path.suffix == SIDECAR_SUFFIX and path.with_suffix("") in stems
+            if not all_files or sidecar:
+                continue
         rel = path.relative_to(root).as_posix()
-        yield {"image_key": f"{source}/{rel}", "uri": file_uri(path), "source": source}
+        yield {
+            "image_key": f"{source}/{rel}",
+            "uri": file_uri(path),
+            "source": source,
+            "meta": read_sidecar(path) if path.suffix != SIDECAR_SUFFIX else None,
+        }
 
 
 def _from_uri_list(path: Path, source: str) -> Iterator[dict]:
@@ -29,7 +66,7 @@ def _from_uri_list(path: Path, source: str) -> Iterator[dict]:
         if uri and not uri.startswith("#"):
             if "://" not in uri:
                 uri = file_uri((path.parent / uri) if not Path(uri).is_absolute() else Path(uri))
-            yield {"image_key": f"{source}/{n:09d}", "uri": uri, "source": source}
+            yield {"image_key": f"{source}/{n:09d}", "uri": uri, "source": source, "meta": None}
 
 
 def _from_parquet(path: Path, source: str) -> Iterator[dict]:
@@ -51,6 +88,7 @@ def _from_parquet(path: Path, source: str) -> Iterator[dict]:
                 "image_key": f"{source}/{n:09d}",
                 "uri": parquet_uri(path, n, data_col),
                 "source": source,
+                "meta": None,
             }
             for n in range(pf.metadata.num_rows)
         )
@@ -67,15 +105,17 @@ def _from_parquet(path: Path, source: str) -> Iterator[dict]:
                     "image_key": k,
                     "uri": uri if "://" in uri else file_uri(Path(uri)),
                     "source": source,
+                    "meta": None,
                 }
             n += 1
 
 
 def list_source(path: Path, source: str | None = None, all_files: bool = False) -> Iterator[dict]:
-    """Rows ``{image_key, uri, source}`` for every image of ``path``: a directory (walked in
+    """Rows ``{image_key, uri, source, meta}`` for every image of ``path``: a directory (walked in
     sorted order, image suffixes only unless ``all_files``), a ``.parquet`` file with a
     uri/url/path column or an image bytes column (``parquet://`` URIs into the file, e.g. a
-    Hugging Face image dataset), or a text file of URIs (one per line). Keys are ``source/<relative
+    Hugging Face image dataset), or a text file of URIs (one per line). ``meta``: a
+    directory image's sidecar (see the module docstring), else None. Keys are ``source/<relative
     path>`` (directory) or ``source/<row number>``, so re-ingesting is idempotent."""
     if not path.exists():
         raise UserError(f"ingest source {path} does not exist")

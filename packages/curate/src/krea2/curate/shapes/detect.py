@@ -86,7 +86,9 @@ def cell_of(x: float, y: float, width: int, height: int) -> int:
     return 3 * row + col
 
 
-def analyze(pixels: np.ndarray, max_distance: float = COLOR_DISTANCE) -> list[DetectedObject]:
+def detect_objects(
+    pixels: np.ndarray, max_distance: float = COLOR_DISTANCE
+) -> list[DetectedObject]:
     """Objects in (h, w, 3) uint8 RGB ``pixels``, largest first."""
     h, w = pixels.shape[:2]
     labels = color_labels(pixels, max_distance)

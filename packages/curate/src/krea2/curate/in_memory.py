@@ -1,7 +1,8 @@
 """The curation DAG run in one process: cheap stage → dedup → OCR → concept cap.
 
-The krablet jobs (``krea2.curate.jobs``) run the same stage functions over a warehouse;
-this in-memory form serves tests, benchmarks and small pools.
+The warehouse stages (``krea2.curate.stages``) run the same functions over krablet; this
+in-memory form serves tests, benchmarks and small pools. A verdict's reason is read from
+the same reject columns as a warehouse row's (``stages.final_reason``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from krea2.curate.analysis import ImageAnalysis, analyze_bytes, decode_limits
 from krea2.curate.concepts import ConceptVerdict, rebalance
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
 from krea2.curate.dedup import DedupResult, dedup_configured
 from krea2.curate.filters.base import FilterResult
+from krea2.curate.image_analysis import ImageAnalysis, analyze_bytes, decode_limits
 from krea2.curate.ocr import OcrEngine, OcrResult, text_filters
-from krea2.curate.tagging import Tagger
+from krea2.curate.plugins import Tagger
+from krea2.curate.stages import final_reason
 
 
 @dataclass
@@ -33,18 +35,18 @@ class Verdict:
     text: list[FilterResult] | None = None
     concept: ConceptVerdict | None = None
 
+    def reject_columns(self) -> dict:
+        """The verdict as the warehouse's reject columns (``stages.reject_columns``)."""
+        return {
+            "reject": self.analysis.reject,
+            "dup_kind": self.duplicate,
+            "text_reject": next((f.name for f in self.text or () if not f.passed), ""),
+            "concept_keep": self.concept.keep if self.concept is not None else None,
+        }
+
     @property
     def reason(self) -> str | None:
-        if self.analysis.reject:
-            return self.analysis.reject
-        if self.duplicate:
-            return self.duplicate
-        failed = next((f.name for f in self.text or () if not f.passed), None)
-        if failed:
-            return failed
-        if self.concept is not None and not self.concept.keep:
-            return "overrepresented"
-        return None
+        return final_reason(self.reject_columns())
 
 
 def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> DedupResult:

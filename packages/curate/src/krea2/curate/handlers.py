@@ -1,0 +1,179 @@
+"""Batch handlers of the ``images`` table's jobs (``stages.STAGES``), run by krablet workers.
+
+``analyze`` reads each file once (md5, size, format, the one decode, every cheap filter and
+hash); ``ocr`` and ``tags`` decode again at their own size; ``captions`` reads the row's
+metadata (and, for a captioner that looks at pixels, the image). Each handler class is
+bound to a config (and a plugin name) with ``configured``, since krablet instantiates
+handler classes without arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from krea2.curate.config import CurateConfig
+from krea2.curate.stages import ANALYZE_COLUMNS
+
+ANALYZE_RESULTS = list(ANALYZE_COLUMNS)
+
+
+# -- analyze ------------------------------------------------------------------------------------
+
+
+def analyze_uri(args: tuple[str, CurateConfig]) -> dict[str, Any]:
+    """Child-process work of the analyze job: read, decode once, filter, hash."""
+    from krea2.curate.image_analysis import analyze_bytes
+    from krea2.curate.storage import read_uri
+
+    uri, cfg = args
+    data = read_uri(uri)
+    row = analyze_bytes(data, cfg).columns()
+    row["bytes"] = len(data)
+    return {k: row.get(k) for k in ANALYZE_RESULTS}
+
+
+class AnalyzeHandler:
+    """Batch handler of ``images.analyze``. Decodes run in ``processes`` isolated children
+    (time bound ``timeout_s``, address space ``memory_mb``); a child that does not answer
+    gives that image ``decode_error = 'timeout'``. Unreadable URIs fail the row (retried)."""
+
+    cfg: ClassVar[CurateConfig] = CurateConfig()
+    processes: ClassVar[int] = 1
+    memory_mb: ClassVar[int] = 3072
+
+    def setup(self) -> None:
+        from krea2.curate.image_analysis import warm_up
+        from krea2.curate.isolation import IsolatedPool
+        from krea2.infra.metrics import counter
+
+        # Compiled here first, so the children load the machine code instead of each
+        # compiling it while an image's time bound runs.
+        warm_up()
+        timeout = self.cfg.decode.max_seconds
+        self.pool = IsolatedPool(self.processes, timeout, self.memory_mb, warm_up=warm_up)
+        self.verdicts = counter(
+            "curate", "analyzed_total", "Images analyzed, by cheap verdict", ["reject"]
+        )
+
+    def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        from krea2.curate.isolation import IsolationTimeout
+
+        out: list[dict | Exception] = []
+        results = self.pool.map(analyze_uri, [(r["uri"], self.cfg) for r in rows])
+        for row, res in zip(rows, results, strict=True):
+            if isinstance(res, IsolationTimeout):
+                res = {k: None for k in ANALYZE_RESULTS} | {
+                    "md5": "",
+                    "decode_error": "timeout",
+                    "reject": "broken",
+                    "reason": str(res),
+                }
+                try:  # the file was readable: record its md5 and size anyway
+                    from krea2.curate.hashes import md5
+                    from krea2.curate.storage import read_uri
+
+                    data = read_uri(row["uri"])
+                    res["md5"], res["bytes"] = md5(data), len(data)
+                except OSError:
+                    pass
+            if isinstance(res, dict):
+                self.verdicts.labels(res.get("reject") or "kept").inc()
+            out.append(res)
+        return out
+
+
+# -- ocr, tags and captions ----------------------------------------------------------------------
+
+
+class OcrHandler:
+    """Batch handler of ``images.ocr``: one rapidocr engine per slot."""
+
+    cfg: ClassVar[CurateConfig] = CurateConfig()
+
+    def setup(self) -> None:
+        from krea2.curate.ocr import OcrEngine
+
+        self.engine = OcrEngine(min_score=self.cfg.ocr.min_score)
+
+    def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        from krea2.curate.decode import DecodeError
+        from krea2.curate.in_memory import ocr_image
+        from krea2.curate.storage import read_uri
+
+        out: list[dict | Exception] = []
+        for row in rows:
+            try:
+                result, filters = ocr_image(read_uri(row["uri"]), self.cfg, self.engine)
+            except (OSError, DecodeError) as exc:
+                out.append(exc)
+                continue
+            failed = next((f.name for f in filters if not f.passed), "")
+            out.append(
+                {
+                    "text_area": result.box_area_fraction,
+                    "ocr_text": result.text,
+                    "text_chars": result.char_count,
+                    "text_lines": result.line_count,
+                    "text_height": result.median_line_height,
+                    "text_reject": failed,
+                }
+            )
+        return out
+
+
+class TagHandler:
+    """Batch handler of ``images.tags``: the tagger registered as ``plugin``
+    (``krea2.curate.plugins``) on each image's decode at ``decode.analysis_size``."""
+
+    cfg: ClassVar[CurateConfig] = CurateConfig()
+    plugin: ClassVar[str] = ""
+
+    def setup(self) -> None:
+        from krea2.curate.plugins import check_plugin, tagger
+
+        self.tagger = tagger(check_plugin("tagger", self.plugin, "tags"))
+
+    def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        from krea2.curate.decode import DecodeError, decode
+        from krea2.curate.image_analysis import decode_limits
+        from krea2.curate.storage import read_uri
+
+        out: list[dict | Exception] = []
+        for row in rows:
+            try:
+                pixels = decode(read_uri(row["uri"]), decode_limits(self.cfg)).pixels
+            except (OSError, DecodeError) as exc:
+                out.append(exc)
+                continue
+            out.append({"tags": sorted(self.tagger(pixels))})
+        return out
+
+
+class CaptionHandler:
+    """Batch handler of ``images.captions``: the captioner registered as ``plugin`` writes
+    ``[{format, text}, ...]`` (``[]`` when it has nothing for an image)."""
+
+    cfg: ClassVar[CurateConfig] = CurateConfig()
+    plugin: ClassVar[str] = ""
+
+    def setup(self) -> None:
+        from krea2.curate.plugins import captioner, check_plugin
+
+        self.captioner = captioner(check_plugin("captioner", self.plugin, "captions"))
+
+    def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        out: list[dict | Exception] = []
+        for row in rows:
+            try:
+                text = self.captioner(row["uri"], row.get("meta"))
+            except OSError as exc:  # an unreadable image: retried later
+                out.append(exc)
+                continue
+            out.append({"captions": [{"format": f, "text": t} for f, t in text.items()]})
+        return out
+
+
+def configured(handler: type, cfg: CurateConfig, **attrs: Any) -> type:
+    """A subclass of ``handler`` bound to ``cfg`` and class attributes ``attrs`` (``plugin``,
+    ``processes``)."""
+    return type(handler.__name__, (handler,), {"cfg": cfg, **attrs})

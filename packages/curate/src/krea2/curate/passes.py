@@ -1,0 +1,83 @@
+"""The DAG's global passes: dedup and the concept cap, each recomputed over the warehouse.
+
+Both are idempotent (they rewrite their result columns from scratch for the rows their
+stage's ``when`` selects), so a rerun after a crash or after more ingest is always safe.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from krea2.curate.config import CurateConfig
+from krea2.curate.stages import STAGES_BY_NAME, TABLE
+from krea2.curate.warehouse import scan_all
+from krea2.krablet import Warehouse
+
+
+def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
+    """Recompute duplicate groups over every analyzed row that passed the cheap filters and
+    write ``dup_keep``/``dup_kind``/``dup_of``. Rows are ordered by ingest ``seq``."""
+    from krea2.curate.dedup import dedup_configured
+
+    cols = ["image_key", "seq", "md5", "width", "height", "phash8", "phash12", "colorhash",
+            "huehist"]  # fmt: skip
+    rows = list(scan_all(wh, STAGES_BY_NAME["dedup"].filters(), cols))
+    if not rows:
+        return {"rows": 0, "duplicates": 0}
+    rows.sort(key=lambda r: (r["seq"] if r["seq"] is not None else 0, r["image_key"]))
+
+    def stack(col: str, n: int) -> np.ndarray:
+        return np.stack([np.frombuffer(bytes(r[col]), np.uint8)[:n] for r in rows])
+
+    areas = np.asarray([(r["width"] or 0) * (r["height"] or 0) for r in rows], np.int64)
+    result = dedup_configured(
+        [r["md5"] for r in rows],
+        stack("phash12", 18),
+        stack("colorhash", 6),
+        stack("phash8", 8),
+        areas,
+        stack("huehist", 19),
+        cfg.dedup,
+    )
+    keeper = {int(result.group[i]): rows[i]["image_key"] for i in np.nonzero(result.keep)[0]}
+    patch = [
+        {
+            "image_key": r["image_key"],
+            "dup_keep": bool(result.keep[i]),
+            "dup_kind": str(result.kind[i]),
+            "dup_of": keeper[int(result.group[i])],
+        }
+        for i, r in enumerate(rows)
+    ]
+    with wh.funnel() as f:
+        f.patch(TABLE, patch)
+        f.flush()
+    return {"rows": len(rows), "duplicates": int((~result.keep).sum())}
+
+
+def concept_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
+    """Recompute the over-represented-concept cap over every tagged row."""
+    from krea2.curate.concepts import rebalance
+
+    rows = list(scan_all(wh, STAGES_BY_NAME["concepts"].filters(), ["image_key", "tags"]))
+    if not rows:
+        return {"rows": 0, "dropped": 0}
+    c = cfg.concepts
+    verdicts = rebalance(
+        [r["image_key"] for r in rows], [frozenset(r["tags"]) for r in rows], c.max_share, c.seed
+    )
+    with wh.funnel() as f:
+        f.patch(
+            TABLE,
+            [
+                {
+                    "image_key": r["image_key"],
+                    "concept_share": v.share,
+                    "concept_keep": v.keep,
+                    "concept_over": v.overrepresented,
+                }
+                for r, v in zip(rows, verdicts, strict=True)
+            ],
+        )
+        f.flush()
+    return {"rows": len(rows), "dropped": sum(not v.keep for v in verdicts)}

@@ -1,0 +1,90 @@
+"""Pluggable per-row work looked up by name: concept taggers and captioners.
+
+A stage that needs one (``Stage.plugin``) is run with a name (``krea2 curate run --tagger
+shapes --captioner shapes``); the name resolves here, so the ``images`` table names only
+generic handlers. Built-ins are ``module:attribute`` strings, imported on first use; add
+your own with ``register_tagger`` / ``register_captioner`` (an object or such a string).
+The VLM captioner of curate part 2 goes here beside ``shapes``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Tagger(Protocol):
+    """Anything that tags (h, w, 3) uint8 RGB pixels with concept names."""
+
+    def __call__(self, pixels: np.ndarray) -> frozenset[str]: ...
+
+
+class Captioner(Protocol):
+    """Anything that captions one image, given its URI and its ingest metadata (the row's
+    ``meta``, None if it has none): caption format → text, ``{}`` when it cannot."""
+
+    def __call__(self, uri: str, meta: dict | None) -> dict[str, str]: ...
+
+
+REGISTRIES: dict[str, dict[str, Any]] = {
+    "tagger": {"shapes": "krea2.curate.shapes.annotate:shapes_tagger"},
+    "captioner": {"shapes": "krea2.curate.shapes.annotate:shapes_captioner"},
+}
+
+
+def load_object(spec: str) -> Any:
+    """The object named by ``package.module:attribute``."""
+    from krea2.infra.errors import UserError
+
+    module, _, attribute = spec.partition(":")
+    if not module or not attribute:
+        raise UserError(f"{spec!r} must look like 'package.module:attribute'")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"cannot load {spec!r}: {exc}") from None
+
+
+def register(kind: str, name: str, plugin: Any) -> None:
+    """Make ``name`` resolve to ``plugin`` (an object, or a ``module:attribute`` string) in
+    the ``kind`` registry (``tagger`` or ``captioner``)."""
+    REGISTRIES[kind][name] = plugin
+
+
+def register_tagger(name: str, tagger: Tagger | str) -> None:
+    register("tagger", name, tagger)
+
+
+def register_captioner(name: str, captioner: Captioner | str) -> None:
+    register("captioner", name, captioner)
+
+
+def check_plugin(kind: str, name: str | None, needed_by: str) -> str:
+    """``name`` if the ``kind`` registry knows it; else a user error naming the fix."""
+    from krea2.infra.errors import UserError
+
+    known = sorted(REGISTRIES[kind])
+    if not name or name == "none":
+        raise UserError(f"the {needed_by} stage needs a {kind}: pass --{kind} NAME ({known})")
+    if name not in REGISTRIES[kind]:
+        raise UserError(f"--{kind} {name!r}: unknown; registered {kind}s are {known}")
+    return name
+
+
+def plugin(kind: str, name: str) -> Any:
+    """The ``kind`` plugin registered as ``name`` (imported on first use)."""
+    check_plugin(kind, name, needed_by=kind)
+    found = REGISTRIES[kind][name]
+    if isinstance(found, str):
+        found = REGISTRIES[kind][name] = load_object(found)
+    return found
+
+
+def tagger(name: str) -> Tagger:
+    return plugin("tagger", name)
+
+
+def captioner(name: str) -> Captioner:
+    return plugin("captioner", name)

@@ -1,0 +1,259 @@
+"""The curation DAG, declared once: every stage's kind, claim condition, columns and reject.
+
+The ``images`` table, a row's final reason, ``krea2 curate run``'s dispatch and progress,
+and the in-memory verdict are all derived from ``STAGES``:
+
+    analyze  (job: every ingested row)
+      → dedup    (pass: rows that passed the cheap filters; md5 + phash + colorhash)
+        → ocr      (job: where dup_keep = TRUE)
+          → tags     (job: where text_reject = ''; a tagger by name)
+            → concepts (pass: tagged rows; cap over-represented tags)
+          → captions (job: where text_reject = ''; a captioner by name)
+
+A job is a krablet job (claimed row by row, parallel, resumable); a pass is an idempotent
+recomputation over the warehouse, safe to rerun after a crash. ``captions`` claims the same
+rows as ``tags``, not only the concept cap's keepers: the cap is a pass that a growing pool
+recomputes, so its surplus is captioned too and stays ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from krea2.krablet import Job, Table
+
+# The cheap filters (``krea2.curate.filters``) in the order they run: the first that fails is
+# the analyze stage's reject reason; each writes a ``score_<name>`` column. Declared here, not
+# in ``filters``, so that this declaration imports no pixel code (the CLI reads it).
+CHEAP_FILTERS: tuple[str, ...] = (
+    "resolution",
+    "aspect_ratio",
+    "animation",
+    "laplacian",
+    "entropy",
+    "white_ratio",
+    "black_ratio",
+    "flat_color",
+    "border",
+    "complexity",
+)
+
+TABLE = "images"
+KEY = "image_key"
+INGEST_COLUMNS: dict[str, str] = {
+    "uri": "text",
+    "source": "text",
+    "seq": "bigint",  # ingest order: ties in the dedup keep rule go to the earliest
+    "meta": "jsonb",  # per-image metadata from ingest (a sidecar's JSON), NULL if none
+}
+
+Condition = tuple[str, str, Any]  # (column, op, value): op "=", "is" or "is not"
+
+
+class Kind(Enum):
+    JOB = "job"  # a krablet job: rows claimed in batches by workers
+    PASS = "pass"  # a global pass: one function over the warehouse
+
+
+@dataclass(frozen=True)
+class Reject:
+    """How a row's reject reason is read from a stage's reject column: the column's value
+    when it is non-empty text, or (``when_false``) that reason when a boolean keep column
+    is FALSE."""
+
+    column: str
+    when_false: str | None = None
+
+    def reason(self, row: Mapping[str, Any]) -> str | None:
+        value = row.get(self.column)
+        if self.when_false is not None:
+            return self.when_false if value is False else None
+        return value or None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the DAG.
+
+    ``columns``: its result columns and their SQL types (a job's first is its done marker).
+    ``when``: the rows it works on, as reader filters over earlier stages' results (a job's
+    claim condition; the rows a pass reads). ``reject``: how its verdict becomes a row's
+    reject reason. ``run``: ``module:name`` of a job's handler class or a pass's function
+    ``(warehouse, config) -> dict``. ``plugin``: the registry its work is looked up in by
+    name (``tagger``, ``captioner``), if any.
+    """
+
+    name: str
+    kind: Kind
+    columns: dict[str, str]
+    run: str
+    when: tuple[Condition, ...] = ()
+    reject: Reject | None = None
+    inputs: tuple[str, ...] = ("uri",)
+    lease_s: float = 60.0
+    plugin: str | None = None
+
+    def claim_sql(self) -> str | None:
+        """``when`` as the SQL of a krablet claim predicate (None when it is empty)."""
+        return " AND ".join(f"{c} {op.upper()} {sql_literal(v)}" for c, op, v in self.when) or None
+
+    def filters(self) -> list[list]:
+        """``when`` as reader filters (``Reader.scan``/``count``)."""
+        return [list(c) for c in self.when]
+
+    def progress_filters(self) -> tuple[list[list], list[list]]:
+        """Reader filters of (the rows this job works on, those of them it has done)."""
+        return self.filters(), [*self.filters(), [next(iter(self.columns)), "is not", None]]
+
+    def job(self) -> Job:
+        """The krablet job of a job stage."""
+        from krea2.krablet import Job
+
+        return Job(
+            self.name,
+            result=list(self.columns),
+            where=self.claim_sql(),
+            inputs=list(self.inputs),
+            lease_s=self.lease_s,
+            handler=self.run,
+        )
+
+
+def sql_literal(value: Any) -> str:
+    """A condition's value as SQL: NULL, TRUE/FALSE, a number or a quoted string."""
+    if value is None or isinstance(value, bool):
+        return {None: "NULL", True: "TRUE", False: "FALSE"}[value]
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+ANALYZE_COLUMNS: dict[str, str] = {
+    "md5": "text",
+    "bytes": "bigint",
+    "format": "text",
+    "width": "integer",
+    "height": "integer",
+    "decode_error": "text",
+    "reject": "text",  # first failing cheap filter (or broken/truncated); NULL = passed
+    "reason": "text",
+    "phash8": "bytea",
+    "phash12": "bytea",
+    "colorhash": "bytea",
+    "huehist": "bytea",
+    **{f"score_{f}": "real" for f in CHEAP_FILTERS},
+}
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "analyze",
+        Kind.JOB,
+        ANALYZE_COLUMNS,
+        run="krea2.curate.handlers:AnalyzeHandler",
+        reject=Reject("reject"),
+        lease_s=120.0,
+    ),
+    Stage(
+        "dedup",
+        Kind.PASS,
+        {
+            "dup_keep": "boolean",
+            "dup_kind": "text",  # '' for keepers, exact_duplicate / near_duplicate otherwise
+            "dup_of": "text",
+        },
+        run="krea2.curate.passes:dedup_pass",
+        when=(("reject", "is", None), ("md5", "is not", None)),
+        reject=Reject("dup_kind"),
+    ),
+    Stage(
+        "ocr",
+        Kind.JOB,
+        {
+            "text_area": "real",
+            "ocr_text": "text",
+            "text_chars": "integer",
+            "text_lines": "integer",
+            "text_height": "real",
+            "text_reject": "text",  # '' = passed, else text_density / text_legibility
+        },
+        run="krea2.curate.handlers:OcrHandler",
+        when=(("dup_keep", "=", True),),
+        reject=Reject("text_reject"),
+        lease_s=300.0,
+    ),
+    Stage(
+        "tags",
+        Kind.JOB,
+        {"tags": "text[]"},
+        run="krea2.curate.handlers:TagHandler",
+        when=(("text_reject", "=", ""),),
+        plugin="tagger",
+    ),
+    Stage(
+        "concepts",
+        Kind.PASS,
+        {
+            "concept_share": "real",
+            "concept_keep": "boolean",
+            "concept_over": "boolean",  # carries a concept above the cap's share
+        },
+        run="krea2.curate.passes:concept_pass",
+        when=(("tags", "is not", None),),
+        reject=Reject("concept_keep", when_false="overrepresented"),
+    ),
+    Stage(
+        "captions",
+        Kind.JOB,
+        {"captions": "jsonb"},  # [{format, text}, ...]; [] = the captioner had nothing
+        run="krea2.curate.handlers:CaptionHandler",
+        when=(("text_reject", "=", ""),),
+        inputs=("uri", "meta"),
+        plugin="captioner",
+    ),
+)
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+STAGES_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+COLUMNS: dict[str, str] = {
+    **INGEST_COLUMNS,
+    **{c: t for s in STAGES for c, t in s.columns.items()},
+}
+
+
+def stages_named(names: Sequence[str]) -> list[Stage]:
+    """The stages called ``names``, in the given order; a user error names unknown ones."""
+    from krea2.infra.errors import UserError
+
+    bad = [n for n in names if n not in STAGE_NAMES]
+    if bad:
+        raise UserError(f"unknown stage(s) {bad}; choose from {list(STAGE_NAMES)}")
+    return [STAGES_BY_NAME[n] for n in names]
+
+
+def images_table() -> Table:
+    """The ``images`` table: ingest columns, every stage's results, a job per job stage."""
+    from krea2.krablet import Table
+
+    return Table(
+        TABLE,
+        key=KEY,
+        columns=COLUMNS,
+        jobs=[s.job() for s in STAGES if s.kind is Kind.JOB],
+        indexes=["md5"],
+    )
+
+
+def final_reason(row: Mapping[str, Any]) -> str | None:
+    """A row's reject reason in DAG order (None = kept so far)."""
+    for s in STAGES:
+        if s.reject is not None and (reason := s.reject.reason(row)):
+            return reason
+    return None
+
+
+def reject_columns() -> list[str]:
+    """The columns ``final_reason`` reads."""
+    return [s.reject.column for s in STAGES if s.reject is not None]
