@@ -1,3 +1,74 @@
-"""krea2.trainer."""
+"""krea2.trainer: FSDP2 + tensor-parallel training of krea2.dit models, resumable to the step.
+
+The names below are the public API. Most submodules import torch, so this root imports
+nothing: each name loads its module on first use (the ``krea2`` CLI imports the root).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # typing itself is not imported: the root stays free
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
+
+_MODULE_OF = {
+    # the job config (TOML + --set overrides) and its checks
+    "JobConfig": "config",
+    "ModelConfig": "config",
+    "TextConfig": "config",
+    "OptimizerConfig": "config",
+    "ScheduleConfig": "config",
+    "ParallelConfig": "config",
+    "IrepaConfig": "config",
+    "StageConfig": "config",
+    "CheckpointConfig": "config",
+    "StabilityConfig": "config",
+    "ObserveConfig": "config",
+    "DataConfig": "config",
+    "OptimizerName": "config",
+    "ScheduleDecay": "config",
+    "SpikeAction": "config",
+    "Float8Recipe": "config",
+    "CheckpointingMode": "config",
+    "ParamDtype": "config",
+    "Autocast": "config",
+    "Prediction": "config",
+    "InitDevice": "config",
+    "Backend": "config",
+    "load_job": "config",
+    "validate_job": "validate",
+    # running a job
+    "Trainer": "trainer",
+    "TrainingStopped": "trainer",
+    "run_job": "cli",
+    # using a trained job
+    "load_stage_module": "inference",
+    "sample_stage": "inference",
+    "read_metrics": "observe",
+    "plot_run": "plot",
+    "average": "merge",
+    "pma_from_run": "merge",
+    "merge_to_file": "merge",
+    # data, planning and test fixtures
+    "ShardIndex": "data",
+    "Layout": "projection",
+    "project": "projection",
+    "write_toy_shards": "testing",
+}
+
+__all__ = ["__version__", *_MODULE_OF]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'krea2.trainer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"krea2.trainer.{_MODULE_OF[name]}"), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -112,10 +112,6 @@ class Trainer:
 
             self._exporter = start_exporter(cfg.observe.prometheus_port + self.env.rank)
 
-    # ------------------------------------------------------------------ paths
-    def checkpoint_root(self, stage: StageConfig) -> Path:
-        return stage_checkpoints(self.run_dir, stage.name)
-
     def _done_marker(self, stage: StageConfig) -> Path:
         return self.run_dir / "checkpoints" / f"{stage.name}.done"
 
@@ -231,7 +227,9 @@ class Trainer:
             params=[p for _, p in trainable],
             tp_partial=tp_partial_params(module.dit) if env.tp > 1 else [],
             checkpoints=CheckpointManager(
-                self.checkpoint_root(stage), cfg.checkpoint.keep_last, cfg.checkpoint.keep_every
+                stage_checkpoints(self.run_dir, stage.name),
+                cfg.checkpoint.keep_last,
+                cfg.checkpoint.keep_every,
             ),
             detector=SpikeDetector(cfg.stability),
         )
@@ -286,8 +284,7 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
         fp8 = stage.float8 is Float8Recipe.TENSORWISE and not stage.float8_emulate
         if fp8 and self.env.distributed:
-            # float8 FSDP all-gathers need the new weights' scales, computed once for all
-            # blocks instead of per all-gather.
+            # float8 FSDP all-gathers need the new weights' scales: once for all blocks
             from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
             precompute_float8_dynamic_scale_for_fsdp(run.module.dit)
@@ -350,8 +347,7 @@ class Trainer:
         pixels = to_unit(batch["pixels"]).to(env.device)
         with torch.no_grad():
             latents = self.latents.encode(batch["keys"], pixels, self.ae.encode)
-        dtype = next(module.dit.parameters()).dtype
-        latents = latents.to(dtype)
+        latents = latents.to(next(module.dit.parameters()).dtype)
         patch = module.dit.cfg.patch
         tokens = (latents.shape[2] // patch) * (latents.shape[3] // patch)
         mu = stage_mu(stage.time_shift, tokens)
