@@ -12,11 +12,12 @@ buffers reused between saves, pinned on CUDA); DCP writes on its own thread and 
 second thread then publishes (manifest, fsyncs, rename, marker), since DCP has no
 atomic publish. Both use a dedicated gloo group, so they never interleave with the
 training loop's collectives. Against the private ``_copy_state_dict`` staging it
-replaced, interleaved in one process on the shared 2-core box (1 GiB of float32, 1-rank
-gloo, median of 6): blocked 0.41 s vs 0.36 s, min 0.21 s vs 0.23 s, sync save 2.6 s;
-without a process group 0.30 s vs 0.33 s (sync 1.8 s): equal within the noise. The
-ratio to a sync save is memory bandwidth over disk bandwidth: 0.053 on the quiet box
-(docs/benchmarks.md), 0.13-0.19 for both under a load of 4-5 on 2 cores.
+replaced, interleaved in one process with a 1-rank gloo group on the shared 2-core box
+(torch 2.13): 0.25 GiB of float32, 10 saves each, median/min blocked 0.28/0.12 s vs
+0.30/0.24 s and durable 0.97/0.71 s vs 0.96/0.77 s; 1 GiB, 6 each, blocked 0.41 s vs
+0.36 s with a 2.6 s sync save: equal within the noise. The blocked share of a sync save
+is memory over disk bandwidth: 0.053 on a quiet box (docs/benchmarks.md), 0.09-0.19 for
+both under loads of 4-12 on the 2 cores.
 """
 
 from __future__ import annotations
