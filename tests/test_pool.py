@@ -26,9 +26,7 @@ def test_pool_built_by_two_processes_matches_one(tmp_path):
 
 
 def test_every_one_object_render_is_in_the_pool_and_dedup_folds_exactly_the_variants(tmp_path):
-    from krea2.curate.analysis import analyze_bytes
-    from krea2.curate.config import CurateConfig
-    from krea2.curate.pipeline import dedup_analyses
+    from krea2.curate import CurateConfig, analyze_bytes, dedup_analyses
     from krea2.pipeline.pool import VARIANT
 
     spec = PoolSpec(
