@@ -10,6 +10,7 @@ submodule ``krea2.a.b`` when there is one, else at ``krea2.a`` (its ``__init__``
 from __future__ import annotations
 
 import ast
+import importlib
 from functools import cache
 from pathlib import Path
 
@@ -104,17 +105,14 @@ def test_no_import_cycle_inside_a_package(package: str) -> None:
 
 @cache
 def declared_all(package: str, module: str) -> frozenset[str] | None:
-    """The literal ``__all__`` of ``module`` (a module of ``package``), or None if absent."""
-    path = modules(source_root(package)).get(module)
-    if path is None:
+    """The ``__all__`` of ``module`` (a module of ``package``), or None if it has none.
+
+    Read by importing the module: package roots build ``__all__`` from their lazy tables.
+    """
+    if module not in modules(source_root(package)):
         return None
-    for node in ast.parse(path.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign):
-            targets = [node.target]
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            return frozenset(ast.literal_eval(node.value))
-    return None
+    exported = getattr(importlib.import_module(module), "__all__", None)
+    return None if exported is None else frozenset(exported)
 
 
 def public_violation(module: str, names: list[str]) -> str | None:

@@ -18,16 +18,24 @@ def demo(
     workers: int = typer.Option(None, "--workers", help="Curation worker processes per job."),
     keep_db: bool = typer.Option(False, "--keep-db", help="Leave the embedded shards running."),
     config: Path = typer.Option(
-        None, "--config", help="Demo TOML (default: configs/toy/demo.toml)."
+        None, "--config", help="Demo recipe TOML (default: the packaged one; see --show-config)."
     ),
     set_: list[str] = typer.Option(
-        [], "--set", help="Override a setting, e.g. --set low.steps=500."
+        [], "--set", help="Override a setting, e.g. --set train.stages.0.steps=500."
+    ),
+    show_config: bool = typer.Option(
+        False, "--show-config", help="Print the packaged recipe (with --quick: the quick one)."
     ),
 ) -> None:
     """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, sample, score.
 
     Example: krea2 demo --quick --out demo-out
     """
+    if show_config:
+        from krea2.pipeline.config import recipe_text
+
+        typer.echo(recipe_text(quick), nl=False)
+        return
     from krea2.pipeline.demo import run_demo
 
     run_demo(out, quick, workers, keep_db, config, set_)

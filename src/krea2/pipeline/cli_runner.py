@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from krea2.infra.errors import UserError
+from krea2.infra import UserError
 
 KREA2 = (sys.executable, "-c", "from krea2.infra.host import main; main()")
 

@@ -1,17 +1,28 @@
-"""The demo's typed config (``configs/toy/demo.toml``; ``--quick`` applies ``demo-quick.toml``)."""
+"""The demo's typed recipe: the pool, the evaluation and the trainer's own job config.
+
+The recipes ship inside the package (``krea2/pipeline/recipes/demo.toml``; ``--quick``
+reads ``demo-quick.toml``), so ``pip install krea2 && krea2 demo`` works outside a
+checkout. ``[train]`` is a :class:`krea2.trainer.JobConfig` exactly as ``krea2 train
+--config`` reads it; the demo fills in only what depends on its run: ``run_dir``, each
+stage's ``data`` (the shards it exports) and ``observe.sample_prompts`` (held-out prompts).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
+from krea2.infra import UserError, load_config
+from krea2.trainer import JobConfig
+
+RECIPES = ("demo.toml", "demo-quick.toml")
 
 
 @dataclass
 class PoolSpec:
     """The raw pool: one-object scenes of the training concepts plus the defect injector's
-    multi-object scenes and defects (``krea2.curate.shapes.defects.make_pool``)."""
+    multi-object scenes and defects (``krea2.curate.shapes.make_pool``)."""
 
     seed: int = 0
     per_concept: int = 6  # one-object scenes per training concept (dedup keeps ~1 in 2)
@@ -24,19 +35,9 @@ class PoolSpec:
 
 
 @dataclass
-class StageSpec:
-    """One pretraining resolution stage."""
-
-    side: int = 32
-    steps: int = 800
-    batch_size: int = 64
-    lr: float = 3e-3
-    time_shift: float | None = None  # None: the resolution rule of krea2.dit.flow
-    patch: int | None = None  # DiT patch (None: the model's); see StageConfig.patch
-
-
-@dataclass
 class EvalSpec:
+    """ShapesEval: held-out prompts × seeds, sampled with ``steps`` Euler steps and CFG."""
+
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     steps: int = 20
     cfg: float = 3.0
@@ -48,27 +49,45 @@ class DemoConfig:
     shards: int = 2
     workers: int = 2
     pool: PoolSpec = field(default_factory=PoolSpec)
-    low: StageSpec = field(default_factory=StageSpec)
-    high: StageSpec = field(
-        default_factory=lambda: StageSpec(side=64, steps=600, lr=2e-3, time_shift=1.17, patch=8)
-    )
     eval: EvalSpec = field(default_factory=EvalSpec)
-    model: str = "toy"
-    model_overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
-    autocast: str = "auto"  # trainer ModelConfig.autocast: bf16 matmuls where the CPU has them
-    prediction: str = "split"  # trainer ModelConfig.prediction (why: see there)
-    text_tokens: int = 12  # words per caption the word conditioner reads (medium: 11-13)
-    threads: int = 2
+    train: JobConfig = field(default_factory=JobConfig)
+
+
+def recipe_text(quick: bool) -> str:
+    """The packaged recipe (TOML text) that ``krea2 demo [--quick]`` runs."""
+    name = RECIPES[1] if quick else RECIPES[0]
+    return resources.files("krea2.pipeline").joinpath("recipes", name).read_text()
 
 
 def load_demo_config(
     quick: bool, config: Path | None = None, overrides: list[str] | None = None
 ) -> DemoConfig:
-    """``config`` if given, else ``configs/toy/demo[-quick].toml`` of the source checkout."""
-    from krea2.infra.config import load_config
-    from krea2.infra.errors import UserError
+    """``config`` if given, else the packaged recipe; ``overrides`` as ``--set key=value``
+    (``train.stages.0.steps=500`` is the first training stage's step count)."""
+    if config is not None:
+        if not config.is_file():
+            raise UserError(
+                f"demo config {config} not found; `krea2 demo --show-config` prints one"
+            )
+        cfg = load_config(DemoConfig, config, overrides or [])
+    else:
+        with resources.as_file(
+            resources.files("krea2.pipeline").joinpath("recipes", RECIPES[1 if quick else 0])
+        ) as path:
+            cfg = load_config(DemoConfig, path, overrides or [])
+    if len(cfg.train.stages) < 1:
+        raise UserError("the demo recipe needs at least one [[train.stages]] table")
+    return cfg
 
-    path = config or CONFIG_DIR / ("demo-quick.toml" if quick else "demo.toml")
-    if not path.is_file():
-        raise UserError(f"demo config {path} not found; pass --config configs/toy/demo.toml")
-    return load_config(DemoConfig, path, overrides or [])
+
+def training_job(
+    cfg: DemoConfig, run_dir: Path, shard_dirs: list[Path], sample_prompts: list[str]
+) -> JobConfig:
+    """``cfg.train`` with the run's directory, each stage's exported shards and the
+    held-out prompts it samples."""
+    stages = [
+        replace(stage, data=[f"{d}/shard-*.parquet"])
+        for stage, d in zip(cfg.train.stages, shard_dirs, strict=True)
+    ]
+    observe = replace(cfg.train.observe, sample_prompts=list(sample_prompts))
+    return replace(cfg.train, run_dir=run_dir, stages=stages, observe=observe)

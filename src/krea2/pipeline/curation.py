@@ -103,9 +103,8 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     }
 
 
-def export_stage(cluster: Path, labels: Path, out: Path, side: int, batch: int, log: Path) -> dict:
-    """Export the kept rows with the captions the warehouse holds (``labels`` is unused: the
-    captions stage wrote them from the pool's sidecars)."""
+def export_stage(cluster: Path, out: Path, side: int, batch: int, log: Path) -> dict:
+    """Export the kept rows at ``side`` px with the captions the warehouse holds."""
     krea2(
         "curate",
         "export",

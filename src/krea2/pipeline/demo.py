@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from krea2.infra.errors import UserError
-from krea2.pipeline.config import DemoConfig, load_demo_config
+from krea2.infra import UserError
+from krea2.pipeline.config import DemoConfig, load_demo_config, training_job
 from krea2.pipeline.stages import StageRunner
 
 
@@ -45,9 +45,9 @@ def run_demo(
 
 
 def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
+    from krea2.curate.shapes import eval_prompt, split_concepts
     from krea2.pipeline import curation, evaluation, report, training
     from krea2.pipeline.pool import build_pool
-    from krea2.pipeline.world import eval_prompt, split_concepts
 
     log = out / "commands.log"
     split = split_concepts(cfg.pool.seed, cfg.pool.held_out_fraction)
@@ -67,39 +67,36 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         "generate the raw ShapesWorld pool with injected defects",
         lambda: build_pool(cfg.pool, split, out / "pool", cfg.workers),
     )
-    labels = Path(pool["labels"])
     curated = runner.run(
         "curate",
-        f"ingest and curate with {cfg.workers} worker processes per job",
+        f"ingest, curate and caption with {cfg.workers} worker processes per job",
         lambda: curation.curate_pool(out / "pool", cluster, cfg.workers, log),
     )
-    shard_dirs = {}
+    shard_dirs = []
     exported = {}
-    for spec in (cfg.low, cfg.high):
-        d = out / "shards" / str(spec.side)
-        exported[spec.side] = runner.run(
-            f"export-{spec.side}",
-            f"export {spec.side}px Parquet shards",
-            lambda d=d, spec=spec: curation.export_stage(
-                cluster, labels, d, spec.side, spec.batch_size, log
+    for stage in cfg.train.stages:
+        side, d = stage.resolution, out / "shards" / stage.name
+        exported[side] = runner.run(
+            f"export-{side}",
+            f"export {side}px Parquet shards for {stage.name}",
+            lambda d=d, side=side, batch=stage.batch_size: curation.export_stage(
+                cluster, d, side, batch, log
             ),
         )
-        shard_dirs[spec.side] = str(d)
-    job = training.job_config(cfg, out, shard_dirs, prompts[:8])
+        shard_dirs.append(d)
+    job = training_job(cfg, out / "run", shard_dirs, prompts[:8])
     pretrained = runner.run(
         "pretrain",
-        "pretrain the tiny DiT at the low, then the high resolution",
+        "pretrain the tiny DiT at each resolution in turn",
         lambda: training.pretrain(job),
     )
 
     def sample_all() -> dict:
         (out / "samples").mkdir(exist_ok=True)
         names = {}
-        for name, index, trained in (
-            ("untrained", 0, False),
-            (f"after {job.stages[0].name}", 0, True),
-            (f"after {job.stages[1].name}", 1, True),
-        ):
+        checkpoints = [("untrained", 0, False)]
+        checkpoints += [(f"after {s.name}", i, True) for i, s in enumerate(job.stages)]
+        for name, index, trained in checkpoints:
             images = evaluation.sample(
                 job, index, trained, prompts, cfg.eval.seeds, cfg.eval.steps, cfg.eval.cfg
             )

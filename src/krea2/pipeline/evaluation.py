@@ -18,7 +18,7 @@ def sample(
 ) -> np.ndarray:
     """uint8 images [len(prompts), len(seeds), H, W, 3] at the stage's resolution, from its
     final checkpoint or (``trained=False``) the untrained initialization."""
-    from krea2.trainer.inference import sample_stage
+    from krea2.trainer import sample_stage
 
     return sample_stage(job, stage_index, prompts, seeds, steps, cfg_scale, trained=trained)
 
