@@ -10,7 +10,7 @@ import pytest
 from krea2 import curate
 from krea2.curate.image_analysis import ImageAnalysis
 from krea2.curate.in_memory import Verdict
-from krea2.curate.stages import COLUMNS, STAGES_BY_NAME, Kind, images_table, reject_columns
+from krea2.curate.stages import COLUMNS, STAGES_BY_NAME, StageKind, images_table, reject_columns
 from krea2.infra.errors import UserError
 
 
@@ -23,7 +23,7 @@ def test_claim_predicates_are_the_dag_edges():
         "tags": "text_reject = ''",
         "captions": "text_reject = ''",
     }
-    assert [s.name for s in curate.STAGES if s.kind is Kind.PASS] == ["dedup", "concepts"]
+    assert [s.name for s in curate.STAGES if s.kind is StageKind.PASS] == ["dedup", "concepts"]
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")
         assert "shapes" not in job.handler.lower()
@@ -80,20 +80,20 @@ def test_unknown_stages_and_plugins_are_user_errors():
         curate.run_stages(None, ["captions"], captioner="blip")  # type: ignore[arg-type]
 
 
-def test_a_registered_tagger_runs_in_the_tags_stage():
+def test_a_registered_tagger_runs_in_the_tags_stage(tmp_path, monkeypatch):
+    import numpy as np
+
     from krea2.curate.handlers import TagHandler, configured
+    from krea2.curate.plugins import REGISTRIES
     from krea2.curate.shapes import encode, render, sample_scene
 
+    monkeypatch.setitem(REGISTRIES, "tagger", dict(REGISTRIES["tagger"]))
     curate.register_tagger("everything", lambda pixels: frozenset({"thing"}))
     handler = configured(TagHandler, curate.CurateConfig(), plugin="everything")()
     handler.setup()
-    import numpy as np
-
-    scene = sample_scene(np.random.default_rng(0))
-    path = f"/tmp/krea2-test-tagger-{id(handler)}.png"
-    with open(path, "wb") as f:
-        f.write(encode(render(scene, 64, 64), "png"))
-    assert handler([{"uri": path}]) == [{"tags": ["thing"]}]
+    path = tmp_path / "scene.png"
+    path.write_bytes(encode(render(sample_scene(np.random.default_rng(0)), 64, 64), "png"))
+    assert handler([{"uri": str(path)}]) == [{"tags": ["thing"]}]
 
 
 def test_the_shapes_captioner_writes_the_scene_captions_and_nothing_without_one():

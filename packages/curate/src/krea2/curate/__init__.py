@@ -31,6 +31,7 @@ _PUBLIC: dict[str, str] = {
     "STAGES": "stages",
     "STAGE_NAMES": "stages",
     "Stage": "stages",
+    "StageKind": "stages",
     "TABLE": "stages",
     "final_reason": "stages",
     "images_table": "stages",

@@ -54,7 +54,7 @@ INGEST_COLUMNS: dict[str, str] = {
 Condition = tuple[str, str, Any]  # (column, op, value): op "=", "is" or "is not"
 
 
-class Kind(Enum):
+class StageKind(Enum):
     JOB = "job"  # a krablet job: rows claimed in batches by workers
     PASS = "pass"  # a global pass: one function over the warehouse
 
@@ -88,7 +88,7 @@ class Stage:
     """
 
     name: str
-    kind: Kind
+    kind: StageKind
     columns: dict[str, str]
     run: str
     when: tuple[Condition, ...] = ()
@@ -151,7 +151,7 @@ ANALYZE_COLUMNS: dict[str, str] = {
 STAGES: tuple[Stage, ...] = (
     Stage(
         "analyze",
-        Kind.JOB,
+        StageKind.JOB,
         ANALYZE_COLUMNS,
         run="krea2.curate.handlers:AnalyzeHandler",
         reject=Reject("reject"),
@@ -159,7 +159,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "dedup",
-        Kind.PASS,
+        StageKind.PASS,
         {
             "dup_keep": "boolean",
             "dup_kind": "text",  # '' for keepers, exact_duplicate / near_duplicate otherwise
@@ -171,7 +171,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "ocr",
-        Kind.JOB,
+        StageKind.JOB,
         {
             "text_area": "real",
             "ocr_text": "text",
@@ -187,7 +187,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "tags",
-        Kind.JOB,
+        StageKind.JOB,
         {"tags": "text[]"},
         run="krea2.curate.handlers:TagHandler",
         when=(("text_reject", "=", ""),),
@@ -195,7 +195,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "concepts",
-        Kind.PASS,
+        StageKind.PASS,
         {
             "concept_share": "real",
             "concept_keep": "boolean",
@@ -207,7 +207,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "captions",
-        Kind.JOB,
+        StageKind.JOB,
         {"captions": "jsonb"},  # [{format, text}, ...]; [] = the captioner had nothing
         run="krea2.curate.handlers:CaptionHandler",
         when=(("text_reject", "=", ""),),
@@ -241,7 +241,7 @@ def images_table() -> Table:
         TABLE,
         key=KEY,
         columns=COLUMNS,
-        jobs=[s.job() for s in STAGES if s.kind is Kind.JOB],
+        jobs=[s.job() for s in STAGES if s.kind is StageKind.JOB],
         indexes=["md5"],
     )
 

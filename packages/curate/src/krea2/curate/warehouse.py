@@ -21,8 +21,8 @@ from krea2.curate.stages import (
     COLUMNS,
     KEY,
     TABLE,
-    Kind,
     Stage,
+    StageKind,
     final_reason,
     images_table,
     reject_columns,
@@ -156,7 +156,7 @@ def run_stages(
     cfg = cfg or CurateConfig()
     results: dict[str, Any] = {}
     for s in chosen:
-        if s.kind is Kind.JOB:
+        if s.kind is StageKind.JOB:
             plugin = plugins[s.plugin] if s.plugin is not None else ""
             handler = configured(load_object(s.run), cfg, plugin=plugin, processes=processes)
             results[s.name] = (run_job or run_worker)(wh, s, handler)
