@@ -26,21 +26,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Kind:
-    """One registry entry: how its spec is written, what it is, what its ARG is."""
+    """One registry entry: how its spec is written and what its ARG is."""
 
     usage: str  # e.g. "qwen-image:PATH"
-    what: str
     arg: Literal["path", "int"]  # "path": required local path; "int": optional integer
 
 
 AUTOENCODERS: dict[str, Kind] = {
-    "pixel": Kind("pixel[:F]", "PixelAE: pixels as latents, space-to-depth by F (1)", "int"),
-    "qwen-image": Kind("qwen-image:PATH", "the Qwen-Image VAE, a local diffusers folder", "path"),
-    "flux2": Kind("flux2:PATH", "the FLUX.2 VAE, a local diffusers folder", "path"),
+    "pixel": Kind("pixel[:F]", "int"),  # PixelAE: pixels as latents, space-to-depth by F (1)
+    "qwen-image": Kind("qwen-image:PATH", "path"),  # Qwen-Image VAE, a diffusers folder
+    "flux2": Kind("flux2:PATH", "path"),  # FLUX.2 VAE, a diffusers folder
 }
 TEXT_ENCODERS: dict[str, Kind] = {
-    "qwen3-vl": Kind("qwen3-vl:PATH", "a frozen Qwen3-VL from a local folder", "path"),
-    "tiny": Kind("tiny[:SEED]", "a random tiny Qwen3-VL at the DiT's text shape", "int"),
+    "qwen3-vl": Kind("qwen3-vl:PATH", "path"),  # frozen Qwen3-VL from a local folder
+    "tiny": Kind("tiny[:SEED]", "int"),  # random tiny Qwen3-VL at the DiT's text shape
 }
 RENAMED = {"qwen": "qwen-image"}  # old spelling -> registry name
 
