@@ -61,10 +61,12 @@ def file_of(uri: str) -> str:
 
 
 def funnel(cluster: Path, labels_path: Path) -> dict:
-    """Counts kept/rejected per reason and precision/recall per injected defect class (over
-    the images with ground truth: all but the one-object variants, counted apart)."""
+    """Counts kept/rejected per reason; precision/recall per injected defect class over the
+    injected pool and the one-object scenes' first renders (the population the curation
+    metrics have always been measured on); and, apart, what curation did with the
+    one-object re-renders and later takes, against the generator's labels."""
     from krea2.curate import clean_kept, final_reason, precision_recall
-    from krea2.pipeline.pool import VARIANT, read_labels
+    from krea2.pipeline.pool import VARIANT, is_one_object, read_labels
 
     labels = read_labels(labels_path)
     rows = [r for r in warehouse_rows(cluster) if file_of(r["uri"]) in labels]
@@ -75,10 +77,18 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
         reason or ("overrepresented" if r.get("concept_over") else None)
         for r, reason in zip(rows, reasons, strict=True)
     ]
-    truth = [labels[file_of(r["uri"])]["label"] for r in rows]
+    entries = [labels[file_of(r["uri"])] for r in rows]
+    truth = [m["label"] for m in entries]
     outcomes = [reason or "kept" for reason in reasons]
-    scored = [i for i, t in enumerate(truth) if t != VARIANT]
+    # One-object re-renders and later takes are scored apart: with them the table would
+    # mostly measure hash dedup on sub-pixel re-renders of flat shapes (one_object_truth).
+    apart = [is_one_object(m) and m["label"] != "clean" for m in entries]
+    scored = [i for i, a in enumerate(apart) if not a]
     variants = Counter(o for o, t in zip(outcomes, truth, strict=True) if t == VARIANT)
+    one_object: dict[str, Counter] = {}
+    for o, t, a in zip(outcomes, truth, apart, strict=True):
+        if a:
+            one_object.setdefault(t, Counter())[o] += 1
     counts = Counter(outcomes)
     examples: dict[str, list[str]] = {}
     for r, reason in zip(rows, reasons, strict=True):
@@ -98,6 +108,7 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
         ),
         "clean_kept": clean_kept(truth, reasons),
         "variants": dict(variants),
+        "one_object_truth": {t: dict(c.most_common()) for t, c in sorted(one_object.items())},
         "examples": examples,
         "duplicate_groups": dup_groups,
     }

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from krea2.curate import CurateConfig, ImageAnalysis, analyze_bytes
 from krea2.curate.shapes import (
     PoolItem,
     Scene,
@@ -23,29 +24,52 @@ from krea2.curate.shapes import (
 )
 from krea2.pipeline.config import PoolSpec
 
-# The label of a one-object render that curate's dedup folds into an earlier render of the
-# same concept (a re-render nudged by under a pixel, or another take of the concept): the
-# raw pool's many near-identical pictures of one thing. Which of them are duplicates is
-# decided by the dedup itself, not known independently, so they carry no ground truth and
-# precision/recall leave them out (the funnel counts them apart).
+# The label of a later take of a concept: another render of one thing (its own size, jitter
+# and background) that hash dedup may or may not fold into the concept's first render. The
+# generator knows it is a distinct render of the same concept, not whether it should count
+# as a near duplicate, so it carries no ground truth: precision/recall leave it out and the
+# funnel counts its outcomes apart.
 VARIANT = "variant"
+ONE_OBJECT_PREFIX = "world-"  # pool keys of the one-object renders
 
 
-def distinct(analyses: list[ImageAnalysis], cfg: CurateConfig) -> list[int]:
-    """Indices of the images curate's dedup keeps (one per duplicate group, the earliest
-    among equals). No two keepers are near duplicates (they would share a group), so a
-    "clean" label on them means the warehouse should keep them."""
-    from krea2.curate import dedup_analyses
-
-    result = dedup_analyses(analyses, cfg)
-    return [int(i) for i in np.nonzero(result.keep)[0]]
+def is_one_object(entry: dict) -> bool:
+    """Whether a ``labels.jsonl`` entry is one of the one-object renders."""
+    return str(entry["key"]).startswith(ONE_OBJECT_PREFIX)
 
 
-def render_and_analyze(job: tuple[Scene, int]) -> tuple[bytes, ImageAnalysis]:
-    """A square scene of ``side`` px as PNG bytes, and curate's analysis of those bytes."""
+def one_object_labels(
+    scenes: Sequence[Scene], renders: Sequence[bytes], rerenders: int
+) -> list[str]:
+    """Ground truth of the one-object renders, from what the generator made (the order of
+    :func:`krea2.curate.shapes.one_object_scenes`: each take followed by ``rerenders``
+    re-renders nudged under a pixel). A render whose bytes equal an earlier one's is an
+    ``exact_duplicate``; a re-render is a ``near_duplicate`` of its take; the first take of
+    each concept is ``clean``; later takes are variants."""
+    seen_bytes: set[bytes] = set()
+    seen_concepts: set[tuple] = set()
+    labels = []
+    for i, (scene, data) in enumerate(zip(scenes, renders, strict=True)):
+        obj = scene.objects[0]
+        concept = (obj.color, obj.shape, obj.cell)
+        digest = hashlib.md5(data).digest()
+        if digest in seen_bytes:
+            labels.append("exact_duplicate")
+        elif i % (rerenders + 1):
+            labels.append("near_duplicate")
+        elif concept not in seen_concepts:
+            labels.append("clean")
+        else:
+            labels.append(VARIANT)
+        seen_bytes.add(digest)
+        seen_concepts.add(concept)
+    return labels
+
+
+def render_png(job: tuple[Scene, int]) -> bytes:
+    """A square scene of ``side`` px as PNG bytes."""
     scene, side = job
-    data = encode(render(scene, side, side), "png")
-    return data, analyze_bytes(data, CurateConfig())
+    return encode(render(scene, side, side), "png")
 
 
 def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
@@ -60,15 +84,15 @@ def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
 
 
 def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int = 1) -> dict:
-    """Write the pool's files and ``labels.jsonl`` (ground truth per file) into ``directory``.
-    The one-object scenes are rendered and analysed by ``workers`` processes; all of them
-    go into the pool, in render order, the ones dedup keeps labelled ``clean``."""
+    """Write the pool's files, their sidecars and ``labels.jsonl`` (ground truth per file,
+    from the generator) into ``directory``. The one-object scenes are rendered by ``workers``
+    processes; all of them go into the pool, in render order."""
     candidates = one_object_scenes(split, spec.per_concept, spec.seed, spec.rerenders)
-    done = parallel_map(render_and_analyze, [(s, spec.side) for s in candidates], workers)
-    keep = set(distinct([a for _, a in done], CurateConfig()))
+    renders = parallel_map(render_png, [(s, spec.side) for s in candidates], workers)
+    truth = one_object_labels(candidates, renders, spec.rerenders)
     world = [
-        PoolItem(f"world-{i:05d}", data, "png", "clean" if i in keep else VARIANT, scene=scene)
-        for i, ((data, _), scene) in enumerate(zip(done, candidates, strict=True))
+        PoolItem(f"{ONE_OBJECT_PREFIX}{i:05d}", data, "png", label, scene=scene)
+        for i, (data, scene, label) in enumerate(zip(renders, candidates, truth, strict=True))
     ]
     injected = make_pool(
         seed=spec.seed,
@@ -94,8 +118,9 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
     return {
         "labels": str(labels),
         "images": len(items),
-        "one_object": sum(it.label == "clean" for it in world),
-        "one_object_variants": sum(it.label == VARIANT for it in world),
+        "one_object": len(world),
+        "one_object_by_label": dict(Counter(truth)),
+        "one_object_variants": truth.count(VARIANT),
         "by_label": counts,
     }
 
