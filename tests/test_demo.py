@@ -75,11 +75,15 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
     } <= set(summary["stages"])
     curation = summary["curation"]
     assert curation["images"] == summary["pool"]["images"]
-    # Every one-object render is in the pool; dedup folds the variants into the first
-    # render of their concept, and precision/recall leave them out (no ground truth).
-    variants = curation["variants"]
-    assert sum(variants.values()) == summary["pool"]["one_object_variants"] > 0
-    assert "kept" not in variants
+    # Every one-object render is in the pool, labelled by the generator; those beyond each
+    # concept's first render are scored apart from precision/recall, and byte-identical
+    # re-renders are always folded.
+    pool = summary["pool"]
+    apart = curation["one_object_truth"]
+    total = sum(sum(outcomes.values()) for outcomes in apart.values())
+    assert total == pool["one_object"] - pool["one_object_by_label"]["clean"] > 0
+    assert sum(curation["variants"].values()) == pool["one_object_variants"]
+    assert "kept" not in apart.get("exact_duplicate", {})
     for cls, m in curation["precision_recall"].items():
         assert m["support"] > 0, cls
         assert 0.0 <= m["precision"] <= 1.0 and 0.0 <= m["recall"] <= 1.0
