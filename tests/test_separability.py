@@ -60,3 +60,27 @@ def test_infra_and_krablet_install_alone_without_torch(wheels, tmp_path):
     assert "krablet" in help_text.lower()
     listing = run(str(venv / "bin" / "krea2"), "--help", env=env).stdout
     assert "dit" not in listing.split(), "only installed packages are listed"
+
+
+def test_installed_krea2_wheel_runs_the_quick_demo_outside_a_checkout(wheels, tmp_path):
+    """`pip install krea2` (the eight wheels, dependencies pinned to the lock) into a fresh
+    venv, then `krea2 demo --quick` from a directory with no checkout: the recipe is packaged."""
+    constraints = tmp_path / "constraints.txt"
+    run(
+        "uv", "export", "--frozen", "--no-hashes", "--no-emit-workspace", "--no-dev",
+        "-o", str(constraints), cwd=ROOT,
+    )  # fmt: skip
+    venv = tmp_path / "venv"
+    run("uv", "venv", "--python", sys.executable, str(venv))
+    run(
+        "uv", "pip", "install", "--python", str(venv / "bin" / "python"),
+        *map(str, wheels.values()), "-c", str(constraints),
+    )  # fmt: skip
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    shown = run(str(venv / "bin" / "krea2"), "demo", "--quick", "--show-config", cwd=work, env=env)
+    assert "[[train.stages]]" in shown.stdout
+    out = work / "demo"
+    run(str(venv / "bin" / "krea2"), "demo", "--quick", "--out", str(out), cwd=work, env=env)
+    assert (out / "summary.json").is_file() and (out / "report.html").is_file()
