@@ -12,8 +12,7 @@ warehouse client load only when needed).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -82,17 +81,4 @@ _PUBLIC: dict[str, str] = {
 
 __all__ = sorted([*_PUBLIC, "shapes"])
 
-
-def __getattr__(name: str) -> Any:
-    if name == "shapes":
-        return importlib.import_module("krea2.curate.shapes")
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'krea2.curate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"krea2.curate.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, {**_PUBLIC, "shapes": None})

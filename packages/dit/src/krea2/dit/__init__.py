@@ -7,8 +7,7 @@ diffusers), so this root imports nothing heavy: each name loads its module on fi
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -72,17 +71,4 @@ _MODULE_OF = {
 
 __all__ = ["__version__", *_MODULE_OF]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'krea2.dit' has no attribute {name!r}")
-    module = _MODULE_OF[name]
-    if module is None:  # a submodule exported as itself
-        return importlib.import_module(f"krea2.dit.{name}")
-    value = getattr(importlib.import_module(f"krea2.dit.{module}"), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)

@@ -7,11 +7,7 @@ Import from the submodules (``from krea2.infra.config import load_config``) or f
 
 from __future__ import annotations
 
-import importlib
-
-TYPE_CHECKING = False  # typing itself is not imported: it is most of this module's cost
-if TYPE_CHECKING:
-    from typing import Any
+from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -23,6 +19,7 @@ _SUBMODULES = (
     "errors",
     "heap",
     "host",
+    "lazy",
     "logging",
     "metrics",
     "rng",
@@ -54,6 +51,7 @@ _NAME_TO_MODULE = {
     "capture_rng_state": "rng",
     "restore_rng_state": "rng",
     "keep_freed_memory": "heap",
+    "lazy_exports": "lazy",
     "CAPTION_FORMATS": "shards",
     "COLUMNS": "shards",
     "METADATA_BATCH_SIZE": "shards",
@@ -71,18 +69,4 @@ _NAME_TO_MODULE = {
 
 __all__ = [*_SUBMODULES, *_NAME_TO_MODULE]
 
-
-def __getattr__(name: str) -> Any:
-    """Import a submodule, or the submodule defining a public name, on first access."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _NAME_TO_MODULE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*__all__, "__version__"])
+__getattr__, __dir__ = lazy_exports(__name__, {**dict.fromkeys(_SUBMODULES), **_NAME_TO_MODULE})

@@ -33,8 +33,8 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
+import krea2.krablet.metrics as metrics
 from krea2.infra.errors import UserError
-from krea2.krablet import metrics
 from krea2.krablet.queue import Claim, Queue
 from krea2.krablet.warehouse import Warehouse
 

@@ -6,11 +6,7 @@ nothing: each name loads its module on first use (the ``krea2`` CLI imports the 
 
 from __future__ import annotations
 
-import importlib
-
-TYPE_CHECKING = False  # typing itself is not imported: the root stays free
-if TYPE_CHECKING:
-    from typing import Any
+from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -61,14 +57,4 @@ _MODULE_OF = {
 
 __all__ = ["__version__", *_MODULE_OF]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'krea2.trainer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"krea2.trainer.{_MODULE_OF[name]}"), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
