@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from importlib.resources import abc as resources_abc
 from pathlib import Path
 
 from krea2.infra import UserError, load_config
@@ -53,10 +54,14 @@ class DemoConfig:
     train: JobConfig = field(default_factory=JobConfig)
 
 
+def packaged_recipe(quick: bool) -> resources_abc.Traversable:
+    """The recipe that ``krea2 demo [--quick]`` runs, inside the installed package."""
+    return resources.files("krea2.pipeline").joinpath("recipes", RECIPES[1 if quick else 0])
+
+
 def recipe_text(quick: bool) -> str:
-    """The packaged recipe (TOML text) that ``krea2 demo [--quick]`` runs."""
-    name = RECIPES[1] if quick else RECIPES[0]
-    return resources.files("krea2.pipeline").joinpath("recipes", name).read_text()
+    """The packaged recipe's TOML text (``krea2 demo --show-config``)."""
+    return packaged_recipe(quick).read_text()
 
 
 def load_demo_config(
@@ -71,9 +76,7 @@ def load_demo_config(
             )
         cfg = load_config(DemoConfig, config, overrides or [])
     else:
-        with resources.as_file(
-            resources.files("krea2.pipeline").joinpath("recipes", RECIPES[1 if quick else 0])
-        ) as path:
+        with resources.as_file(packaged_recipe(quick)) as path:
             cfg = load_config(DemoConfig, path, overrides or [])
     if len(cfg.train.stages) < 1:
         raise UserError("the demo recipe needs at least one [[train.stages]] table")

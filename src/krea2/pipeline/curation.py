@@ -66,7 +66,7 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     metrics have always been measured on); and, apart, what curation did with the
     one-object re-renders and later takes, against the generator's labels."""
     from krea2.curate import clean_kept, final_reason, precision_recall
-    from krea2.pipeline.pool import VARIANT, is_one_object, read_labels
+    from krea2.pipeline.pool import is_one_object, read_labels
 
     labels = read_labels(labels_path)
     rows = [r for r in warehouse_rows(cluster) if file_of(r["uri"]) in labels]
@@ -84,7 +84,6 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     # mostly measure hash dedup on sub-pixel re-renders of flat shapes (one_object_truth).
     apart = [is_one_object(m) and m["label"] != "clean" for m in entries]
     scored = [i for i, a in enumerate(apart) if not a]
-    variants = Counter(o for o, t in zip(outcomes, truth, strict=True) if t == VARIANT)
     one_object: dict[str, Counter] = {}
     for o, t, a in zip(outcomes, truth, apart, strict=True):
         if a:
@@ -107,7 +106,6 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
             [truth[i] for i in scored], [detected[i] for i in scored]
         ),
         "clean_kept": clean_kept(truth, reasons),
-        "variants": dict(variants),
         "one_object_truth": {t: dict(c.most_common()) for t, c in sorted(one_object.items())},
         "examples": examples,
         "duplicate_groups": dup_groups,

@@ -120,7 +120,6 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
         "images": len(items),
         "one_object": len(world),
         "one_object_by_label": dict(Counter(truth)),
-        "one_object_variants": truth.count(VARIANT),
         "by_label": counts,
     }
 
