@@ -91,3 +91,66 @@ def test_user_error_becomes_one_error_line_and_exit_2(capsys):
 def test_non_command_entry_point_objects_are_rejected(bad):
     with pytest.raises(TypeError, match="not a typer app"):
         host.as_click_command(bad, "x")
+
+
+# A tiny CLI run through the real host in a subprocess: usage errors and Ctrl-C must
+# behave the same whatever copy of click (click's or typer's vendored one) raises.
+_TOY_CLI = """
+import os, signal, sys, time
+import typer
+from krea2.infra.host import run_cli
+
+app = typer.Typer()
+
+@app.command()
+def up(data: str = typer.Option(..., "--data")) -> None:
+    print("up", data)
+
+@app.command()
+def wait() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    print("not interrupted")
+
+sys.exit(run_cli(app, sys.argv[1:]))
+"""
+
+
+def run_toy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _TOY_CLI, *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["up"], "Missing option '--data'"),
+        (["up", "--dta", "x"], "No such option: --dta"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_usage_and_exit_2(args, message):
+    result = run_toy(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert result.stderr.lstrip().startswith("Usage:")
+    assert len(result.stderr.strip().splitlines()) <= 4
+
+
+def test_ctrl_c_exits_130_and_says_interrupted():
+    result = run_toy("wait")
+    assert result.returncode == 130, (result.stdout, result.stderr)
+    assert "not interrupted" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "interrupted"
+    assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_in_a_plain_click_command_exits_130(capsys):
+    @click.command()
+    def wait() -> None:
+        raise KeyboardInterrupt
+
+    assert host.run_cli(wait, []) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"

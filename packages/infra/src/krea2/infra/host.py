@@ -8,6 +8,7 @@ instead of taking the whole CLI down.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -150,24 +151,66 @@ def root(
     """krea2: an open re-implementation of the Krea 2 system."""
 
 
+def _exception_classes(name: str) -> tuple[type[BaseException], ...]:
+    """``click.exceptions.<name>`` and typer's vendored copy of it, where typer has one.
+
+    Typer ≥ 0.20 ships its own copy of click (``typer._click``) whose exceptions are not
+    subclasses of click's, so the host must catch both to treat a usage error as one.
+    """
+    found: list[type[BaseException]] = [getattr(click.exceptions, name)]
+    for module in ("typer._click.exceptions", "typer.exceptions"):
+        try:
+            vendored = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(vendored, type) and vendored not in found:
+            found.append(vendored)
+    return tuple(found)
+
+
+_CLICK_ERRORS = _exception_classes("ClickException")
+_ABORTS = _exception_classes("Abort")
+_EXITS = _exception_classes("Exit")
+INTERRUPTED_EXIT_CODE = 130
+
+
+def _interrupted() -> int:
+    typer.secho("interrupted", err=True, fg="yellow")
+    return INTERRUPTED_EXIT_CODE
+
+
 def run_cli(command: Callable[..., Any] | click.Command, args: list[str] | None = None) -> int:
-    """Run a click command, turning :class:`UserError` into one ``error:`` line and exit 2."""
+    """Run a click or typer command and return its exit status.
+
+    * :class:`UserError`: one ``error:`` line, its exit code (2);
+    * usage errors (click's or typer's vendored click): click's one-line message with the
+      usage line, exit 2;
+    * Ctrl-C (``KeyboardInterrupt``, which typer turns into ``Exit(130)``): ``interrupted``
+      and exit 130, so ``krea2 a && krea2 b`` never goes on after an interrupted ``a``.
+    """
     click_command = (
         command if isinstance(command, click.Command) else typer.main.get_command(command)
     )
     try:
-        click_command.main(args=args, prog_name="krea2", standalone_mode=False)
+        result = click_command.main(args=args, prog_name="krea2", standalone_mode=False)
     except UserError as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         return exc.exit_code
-    except click.exceptions.Abort:
-        typer.echo("aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
+    except KeyboardInterrupt:
+        return _interrupted()
+    except _ABORTS:
+        return _interrupted()
+    except _CLICK_ERRORS as exc:
+        exc.show()  # type: ignore[attr-defined]
+        return int(exc.exit_code)  # type: ignore[attr-defined]
+    except _EXITS as exc:
+        code = int(exc.exit_code)  # type: ignore[attr-defined]
+        return _interrupted() if code == INTERRUPTED_EXIT_CODE else code
+    # In non-standalone mode typer returns the code of an ``Exit`` raised inside (its
+    # Ctrl-C handler raises ``Exit(130)``) instead of raising it; a command's own
+    # return value is data, not a status, so only an int from that path counts.
+    if isinstance(result, int) and not isinstance(result, bool):
+        return _interrupted() if result == INTERRUPTED_EXIT_CODE else result
     return 0
 
 
