@@ -22,6 +22,7 @@ _SUBMODULES = (
     "lazy",
     "logging",
     "metrics",
+    "progress",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
 )
@@ -48,6 +49,10 @@ _NAME_TO_MODULE = {
     "CheckpointCorruptError": "checkpoint_layout",
     "CheckpointEntry": "checkpoint_layout",
     "scan_checkpoints": "checkpoint_layout",
+    "Progress": "progress",
+    "format_duration": "progress",
+    "progress": "progress",
+    "track": "progress",
     "capture_rng_state": "rng",
     "restore_rng_state": "rng",
     "keep_freed_memory": "heap",
