@@ -154,3 +154,16 @@ def test_ctrl_c_in_a_plain_click_command_exits_130(capsys):
 
     assert host.run_cli(wait, []) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_function_command_is_listed_by_its_docstring_without_import(tmp_path, monkeypatch):
+    (tmp_path / "toyplugin_cmd.py").write_text(
+        'raise RuntimeError("imported")\n\n'
+        "def demo():\n"
+        '    """Run the toy pipeline end to end.\n\n    Example: krea2 demo\n    """\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = metadata.EntryPoint("demo", "toyplugin_cmd:demo", host.ENTRY_POINT_GROUP)
+    assert host._summary(ep) == "Run the toy pipeline end to end."
+    app_ep = metadata.EntryPoint("x", "toyplugin_cmd:app", host.ENTRY_POINT_GROUP)
+    assert host._summary(app_ep) == ""  # not a function, no distribution: no summary

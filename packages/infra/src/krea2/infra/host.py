@@ -8,10 +8,13 @@ instead of taking the whole CLI down.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import click
@@ -42,9 +45,34 @@ def plugin_entry_points() -> dict[str, metadata.EntryPoint]:
 
 
 def _summary(ep: metadata.EntryPoint) -> str:
+    """One line for ``krea2 --help``, found without importing the plugin.
+
+    A plain-function command is described by its own docstring (read from the source
+    file with ``ast``), since a distribution's summary describes the whole distribution
+    (the umbrella's is the project tagline, not what ``demo`` does); a typer app falls
+    back to its distribution's summary, minus the ``krea2.<name>: `` prefix.
+    """
+    doc = _function_docstring(ep)
+    if doc:
+        return doc.strip().splitlines()[0]
     dist = ep.dist
     summary = (dist.metadata["Summary"] or "") if dist is not None else ""
     return summary.split(": ", 1)[-1] if summary.startswith("krea2.") else summary
+
+
+def _function_docstring(ep: metadata.EntryPoint) -> str | None:
+    """The docstring of a module-level function entry point, or None (never imports it)."""
+    try:
+        spec = importlib.util.find_spec(ep.module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return None
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == ep.attr:
+            return ast.get_docstring(node)
+    return None
 
 
 def as_click_command(obj: Any, name: str) -> click.Command:
