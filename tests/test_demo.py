@@ -93,6 +93,13 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
     assert summary["export"]["32"]["rows"] > 0 and summary["export"]["64"]["rows"] > 0
 
 
+def test_the_quick_run_says_it_is_a_smoke_run_in_summary_and_report(demo):
+    note = json.loads((demo / "summary.json").read_text())["note"]
+    assert note.startswith("Smoke run:") and "too few" in note
+    report = (demo / "report.html").read_text()
+    assert report.index("Smoke run:") < report.index("Curation funnel")
+
+
 def test_shapes_eval_is_reported_for_baseline_and_each_stage(demo):
     evals = json.loads((demo / "summary.json").read_text())["shapes_eval"]
     assert list(evals) == ["untrained", "after pretrain-32", "after pretrain-64"]

@@ -9,7 +9,7 @@ import pytest
 import tomli_w
 
 from krea2.infra import ConfigError, config_to_dict
-from krea2.pipeline.config import load_demo_config, recipe_text, training_job
+from krea2.pipeline.config import load_demo_config, recipe_text, smoke_note, training_job
 from krea2.trainer import load_job
 
 
@@ -44,3 +44,10 @@ def test_overrides_reach_the_trainer_stages_and_typos_are_named() -> None:
         load_demo_config(False, overrides=["train.optimizr.lr=1e-3"])
     with pytest.raises(ConfigError, match="index below 2"):
         load_demo_config(False, overrides=["train.stages.5.steps=1"])
+
+
+def test_only_the_quick_recipe_is_a_smoke_run_and_its_note_says_what_the_full_one_reaches():
+    assert smoke_note(load_demo_config(quick=False)) is None
+    note = smoke_note(load_demo_config(quick=True))
+    assert note is not None and note.startswith("Smoke run: 36 training steps")
+    assert "krea2 demo" in note and "ShapesEval" in note

@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from krea2.infra import UserError
-from krea2.pipeline.config import DemoConfig, load_demo_config, training_job
+from krea2.pipeline.config import DemoConfig, load_demo_config, smoke_note, training_job
 from krea2.pipeline.stages import StageRunner
 
 
@@ -124,8 +124,10 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     summary = runner.run(
         "report",
         "write report.html and summary.json",
-        lambda: report.write_report(out, results, timings),
+        lambda: report.write_report(out, results, timings, smoke_note(cfg)),
     )
     for name, e in scores.items():
         typer.echo(f"ShapesEval {name:<22} {e['shapes_eval']:.3f}  {e['by_kind']}")
+    if note := smoke_note(cfg):
+        typer.secho(note, fg="yellow")
     return summary

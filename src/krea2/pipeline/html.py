@@ -22,6 +22,7 @@ th{background:#f5f5f7}td:first-child,th:first-child{text-align:left}
 .cell img{width:128px;height:128px;image-rendering:pixelated;border:1px solid #ccc}
 .note{color:#666;font-size:.9rem}.good{color:#1a7f37}.bad{color:#c62828}
 svg{background:#fff;border:1px solid #ddd}
+.warning{background:#fff4ce;border-left:4px solid #e0a800;padding:.6rem .9rem}
 """
 
 

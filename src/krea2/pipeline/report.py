@@ -84,8 +84,12 @@ def sample_section(name: str, images: np.ndarray, scores: dict) -> str:
     return f"<h3>{html.escape(name)}</h3>" + html.image_grid(items)
 
 
-def write_report(out: Path, results: dict, timings: list[tuple[str, float]]) -> dict:
-    """Write ``out/report.html`` and ``out/summary.json``; returns the summary."""
+def write_report(
+    out: Path, results: dict, timings: list[tuple[str, float]], note: str | None = None
+) -> dict:
+    """Write ``out/report.html`` and ``out/summary.json``; returns the summary.
+
+    ``note`` (a smoke run's warning) goes at the top of both."""
     pool_dir = out / "pool"
     evals = results["score"]
     kinds = sorted({k for e in evals.values() for k in e["by_kind"]})
@@ -99,6 +103,7 @@ def write_report(out: Path, results: dict, timings: list[tuple[str, float]]) -> 
         for name, e in evals.items()
     ]
     summary = {
+        **({"note": note} if note else {}),
         "stages": {name: round(sec, 1) for name, sec in timings},
         "pool": results["pool"],
         "curation": {k: v for k, v in results["curate"].items() if k not in ("examples",)},
@@ -140,6 +145,8 @@ def write_report(out: Path, results: dict, timings: list[tuple[str, float]]) -> 
         "two resolutions, a tiny single-stream DiT pretrained on them, then scored with the "
         "rubric verifier.</p>"
     )
+    if note:
+        intro = f'<p class="warning">{html.escape(note)}</p>' + intro
     (out / "report.html").write_text(html.page("krea2 demo report", sections, intro))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
