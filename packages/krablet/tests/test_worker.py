@@ -213,3 +213,19 @@ def test_a_postgres_restart_is_survived_by_workers_and_the_funnel(own_server, tm
     res = results(wh.cluster)
     assert len(res) == 2500 and all(v == k * k for k, v in res.items())
     wh.close()
+
+
+def test_a_stopped_run_with_work_left_reports_interrupted(cluster1):
+    wh = Warehouse.open(cluster1, tables=[NUMS])
+    seed(wh, 200)
+    w = Worker(wh, "nums", "square", lambda rows: [{"result": 1} for _ in rows], batch_size=10)
+    w.stop(signal.SIGTERM)  # before it starts: nothing done, everything left
+    stats = w.run()
+    assert stats.interrupted and stats.stopped_by == signal.SIGTERM and not stats.finished
+    done = Worker(wh, "nums", "square", lambda rows: [{"result": 1} for _ in rows]).run(
+        until_empty=True
+    )
+    assert not done.interrupted and done.finished and done.unreachable_shards == []
+    idle = Worker(wh, "nums", "square", lambda rows: [{"result": 1} for _ in rows])
+    idle.stop()  # stopped with the queue empty: the job's work is finished
+    assert not idle.run().interrupted

@@ -74,6 +74,15 @@ def instantiate(handler: Any) -> Callable[[list[dict]], list]:
 
 @dataclass
 class WorkerStats:
+    """What one :meth:`Worker.run` did (counts are rows, except ``batches``).
+
+    ``interrupted``: :meth:`Worker.stop` (or SIGTERM/SIGINT) ended the run while the job still
+    had ready or leased rows on a reachable shard; ``stopped_by`` is that signal's number
+    (None for a plain ``stop()``). ``unreachable_shards``: shard indexes that could not be
+    reached when the run ended (their rows were not worked on); ``unreachable`` describes each
+    as ``shard N (host …)``, never with a password.
+    """
+
     claimed: int = 0
     completed: int = 0
     failed: int = 0
@@ -81,6 +90,15 @@ class WorkerStats:
     batches: int = 0
     released: int = 0
     errors: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    stopped_by: int | None = None
+    unreachable_shards: list[int] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        """True when the run neither was interrupted nor left shards unreached."""
+        return not self.interrupted and not self.unreachable_shards
 
 
 class Worker:
@@ -112,6 +130,7 @@ class Worker:
         self.refresh_s = 5.0
         self.stats = WorkerStats()
         self._stop = threading.Event()
+        self._stop_requested = False  # stop() was called (not an empty queue or max_batches)
         self._active: dict[int, Claim] = {}
         self._lock = threading.Lock()
         n = len(wh.cluster)
@@ -140,8 +159,14 @@ class Worker:
             metrics.oldest_ready.labels(*self._labels[i]).set(st["oldest_ready_s"])
 
     # -- the loop ------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Stop claiming; running batches finish (up to ``grace_s``), the rest is released."""
+    def stop(self, signum: int | None = None) -> None:
+        """Stop claiming; running batches finish (up to ``grace_s``), the rest is released.
+
+        ``signum``: the signal that asked for it (recorded in ``stats.stopped_by``).
+        """
+        if not self._stop.is_set():
+            self._stop_requested = True
+            self.stats.stopped_by = signum
         self._stop.set()
 
     def run(
@@ -153,7 +178,7 @@ class Worker:
         """Run until :meth:`stop`, SIGTERM (with ``install_signals``), or an empty queue."""
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.stop())
+                signal.signal(sig, lambda signum, _frame: self.stop(signum))
         self._until_empty, self._max_batches = until_empty, max_batches
         self._refresh_backlog()
         beat = threading.Thread(target=self._heartbeat_loop, name="krablet-heartbeat", daemon=True)
@@ -172,6 +197,8 @@ class Worker:
         self._release_all()
         self._stop.set()
         beat.join(timeout=5)
+        if self._stop_requested:
+            self.stats.interrupted = not self._queue_drained()
         return self.stats
 
     def _slot(self) -> None:
