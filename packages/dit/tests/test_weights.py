@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from diffusers import Krea2Transformer2DModel
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from krea2.dit.config import get_config
@@ -14,12 +15,15 @@ from krea2.dit.keymap import diffusers_to_krea, krea_to_diffusers
 from krea2.dit.model import Krea2DiT
 from krea2.dit.testing import make_inputs, randomize
 from krea2.dit.weights import (
+    CONDITIONING_KEY,
     CheckpointError,
+    check_conditioning,
     convert,
     from_pretrained,
     infer_config,
     load_weights,
     read_checkpoint,
+    read_conditioning,
     save_weights,
 )
 from krea2.infra.errors import UserError
@@ -149,3 +153,38 @@ def test_ablation_config_cannot_go_to_diffusers(tmp_path):
     m = Krea2DiT(get_config("tiny", attn_gate=False))
     with pytest.raises(UserError, match="cannot represent"):
         save_weights(m, tmp_path / "d", format="diffusers")
+
+
+def test_conditioning_record_round_trips_in_both_formats(model, tmp_path):
+    record = {"text_encoder": "trainer:words", "prediction": "x0", "shift": 1, "x0_min_t": 0.1}
+    want = {**record, "shift": 1.0, "text_tokens": None}
+    krea = save_weights(model, tmp_path / "c.safetensors", conditioning=record)
+    diff = save_weights(model, tmp_path / "d", format="diffusers", conditioning=record)
+    assert read_conditioning(krea) == want
+    assert read_conditioning(diff) == want
+    raw = safe_open(str(krea), "pt").metadata()[CONDITIONING_KEY]
+    assert json.loads(raw) == want
+    from_pretrained(krea)  # the record does not disturb loading
+
+
+def test_weights_without_a_record_have_no_conditioning(model, tmp_path):
+    assert read_conditioning(save_weights(model, tmp_path / "plain.safetensors")) is None
+    assert read_conditioning(save_weights(model, tmp_path / "d", format="diffusers")) is None
+
+
+def test_conditioning_defaults_and_bad_records():
+    got = check_conditioning({"text_encoder": "tiny:0"})
+    assert got == {"text_encoder": "tiny:0", "prediction": "velocity", "shift": None,
+                   "text_tokens": None}  # fmt: skip
+    for bad, field in [({}, "text_encoder"), ({"text_encoder": "tiny", "shift": "x"}, "shift"),
+                       ({"text_encoder": "tiny", "prediction": 3}, "prediction"),
+                       ({"text_encoder": "tiny", "text_tokens": 1.5}, "text_tokens")]:  # fmt: skip
+        with pytest.raises(UserError, match=field):
+            check_conditioning(bad)
+
+
+def test_malformed_diffusers_config_names_the_file(model, tmp_path):
+    folder = save_weights(model, tmp_path / "d", format="diffusers")
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config\.json is not valid JSON"):
+        read_checkpoint(folder)

@@ -59,6 +59,9 @@ _MODULE_OF = {
     "load_weights": "weights",
     "save_weights": "weights",
     "convert": "weights",
+    "CONDITIONING_KEY": "weights",
+    "check_conditioning": "weights",
+    "read_conditioning": "weights",
     # plans the trainer applies
     "tp_plan": "parallel",
     "tp_partial_params": "parallel",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -17,12 +19,24 @@ from krea2.dit.keymap import detect_format, krea_to_diffusers, strip_prefix, to_
 from krea2.infra.errors import UserError
 
 CONFIG_KEY = "krea2.dit.config"  # safetensors metadata entry holding our DiTConfig as JSON
+# safetensors metadata entry recording how the weights are conditioned (see check_conditioning)
+CONDITIONING_KEY = "krea2.dit.conditioning"
 DIFFUSERS_WEIGHTS = "diffusion_pytorch_model.safetensors"
 DIFFUSERS_INDEX = "diffusion_pytorch_model.safetensors.index.json"
 
 
 class CheckpointError(UserError):
     """A checkpoint that does not fit the model (keys, shapes, dtypes) or cannot be read."""
+
+
+def json_file(path: Path) -> Any:
+    """The JSON content of `path`; CheckpointError naming the file when unreadable or malformed."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise CheckpointError(f"cannot read {path}: {e.strerror or e}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON: {e}") from e
 
 
 def _read_safetensors(path: Path, device: str = "cpu") -> tuple[dict[str, Tensor], dict[str, str]]:
@@ -52,10 +66,10 @@ def read_checkpoint(
             path, conf = path / "transformer", path / "transformer" / "config.json"
         if not conf.exists():
             raise CheckpointError(f"{path} is a folder without config.json (not a diffusers model)")
-        d = json.loads(conf.read_text())
+        d = json_file(conf)
         cfg = from_diffusers_config(d, patch=int(d.get("krea2_patch", 2)), name=path.name)
         if (path / DIFFUSERS_INDEX).exists():
-            index = json.loads((path / DIFFUSERS_INDEX).read_text())
+            index = json_file(path / DIFFUSERS_INDEX)
             sd: dict[str, Tensor] = {}
             for shard in sorted(set(index["weight_map"].values())):
                 sd.update(_read_safetensors(path / shard, device)[0])
@@ -111,6 +125,66 @@ def infer_config(sd: dict[str, Tensor], patch: int = 2) -> DiTConfig:
     if cfg.text_mlp_hidden == swiglu_hidden(cfg.text_dim, cfg.mlp_multiplier):
         cfg.text_mlp_hidden = None
     return cfg
+
+
+def check_conditioning(record: Mapping[str, Any], where: str = "conditioning") -> dict[str, Any]:
+    """A checked copy of a conditioning record: how weights were trained to be sampled.
+
+    Keys: ``text_encoder`` (str, required): a `krea2.dit.components` text-encoder spec
+    (``qwen3-vl:PATH``, ``tiny:SEED``) or a name only its writer can rebuild (e.g.
+    ``trainer:words``); ``prediction`` (str, default ``"velocity"``): what the DiT output
+    stands for (``velocity``, ``x0``, ``split``, ...); ``shift`` (float or None, default
+    None): the fixed time shift mu, None for the resolution rule; ``text_tokens`` (int or
+    None): the text length T trained with. Other keys (e.g. ``x0_min_t``) are kept as given.
+    UserError (naming ``where``) on a wrong type.
+    """
+    out = dict(record)
+    text = out.get("text_encoder")
+    if not isinstance(text, str) or not text:
+        raise UserError(f"{where}: 'text_encoder' must be a non-empty string, got {text!r}")
+    out.setdefault("prediction", "velocity")
+    if not isinstance(out["prediction"], str):
+        raise UserError(f"{where}: 'prediction' must be a string, got {out['prediction']!r}")
+    shift = out.setdefault("shift", None)
+    if shift is not None and (isinstance(shift, bool) or not isinstance(shift, int | float)):
+        raise UserError(f"{where}: 'shift' must be a number or null, got {shift!r}")
+    out["shift"] = None if shift is None else float(shift)
+    tokens = out.setdefault("text_tokens", None)
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+        raise UserError(f"{where}: 'text_tokens' must be a whole number or null, got {tokens!r}")
+    return out
+
+
+def _weights_file(path: Path) -> Path:
+    """The safetensors file whose metadata describes `path` (a file or diffusers folder)."""
+    if not path.is_dir():
+        return path
+    if (path / "transformer").is_dir():
+        path = path / "transformer"
+    if (path / DIFFUSERS_INDEX).exists():
+        index = json_file(path / DIFFUSERS_INDEX)
+        return path / sorted(set(index.get("weight_map", {}).values()))[0]
+    return path / DIFFUSERS_WEIGHTS
+
+
+def read_conditioning(path: str | Path) -> dict[str, Any] | None:
+    """The conditioning record (see `check_conditioning`) of a checkpoint file or diffusers
+    folder, or None when it records none (released and converted weights)."""
+    file = _weights_file(Path(path))
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+    except (OSError, SafetensorError) as e:
+        raise CheckpointError(f"cannot read safetensors file {file}: {e}") from e
+    if CONDITIONING_KEY not in meta:
+        return None
+    try:
+        record = json.loads(meta[CONDITIONING_KEY])
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{file}: metadata {CONDITIONING_KEY!r} is not JSON ({e})") from e
+    if not isinstance(record, dict):
+        raise CheckpointError(f"{file}: metadata {CONDITIONING_KEY!r} is not a JSON object")
+    return check_conditioning(record, f"{file}: {CONDITIONING_KEY}")
 
 
 def load_weights(
@@ -203,11 +277,18 @@ def save_weights(
     *,
     format: str = "krea",
     config: DiTConfig | None = None,
+    conditioning: Mapping[str, Any] | None = None,
 ) -> Path:
     """Save in the released key names (`format="krea"`, one .safetensors with our config in
     the metadata) or as a diffusers folder (`format="diffusers"`: config.json +
     diffusion_pytorch_model.safetensors, loadable by Krea2Transformer2DModel.from_pretrained).
+
+    `conditioning`: how the weights are to be sampled (see `check_conditioning`), stored as
+    JSON under the metadata entry CONDITIONING_KEY; `read_conditioning` gives it back.
     """
+    cond = {}
+    if conditioning is not None:
+        cond = {CONDITIONING_KEY: json.dumps(check_conditioning(conditioning))}
     if isinstance(model_or_sd, nn.Module):
         cfg = config or model_or_sd.cfg
         sd = model_or_sd.state_dict()
@@ -217,6 +298,7 @@ def save_weights(
     path = Path(path)
     if format == "krea":
         meta = {CONFIG_KEY: json.dumps(dataclasses.asdict(cfg))} if cfg is not None else {}
+        meta |= cond
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         save_file(sd, str(tmp), metadata=meta)
@@ -230,7 +312,7 @@ def save_weights(
             dconf["krea2_patch"] = cfg.patch  # a pipeline setting; recorded for our reader
         path.mkdir(parents=True, exist_ok=True)
         dsd = {k: v.contiguous() for k, v in krea_to_diffusers(sd).items()}
-        save_file(dsd, str(path / DIFFUSERS_WEIGHTS), metadata={"format": "pt"})
+        save_file(dsd, str(path / DIFFUSERS_WEIGHTS), metadata={"format": "pt"} | cond)
         (path / "config.json").write_text(json.dumps(dconf, indent=2) + "\n")
         return path
     raise UserError(f"unknown weights format {format!r}; choose 'krea' or 'diffusers'")
@@ -251,12 +333,15 @@ def _diffusers_version() -> str:
 
 
 __all__ = [
+    "CONDITIONING_KEY",
     "CheckpointError",
+    "check_conditioning",
     "convert",
     "detect_format",
     "from_pretrained",
     "infer_config",
     "load_weights",
     "read_checkpoint",
+    "read_conditioning",
     "save_weights",
 ]
