@@ -157,6 +157,34 @@ def test_truncated_shard_is_named_and_load_falls_back_to_previous(tmp_path):
     assert manager.latest_step() == 1
 
 
+def test_corrupt_newest_is_warned_about_and_kept_aside_not_replaced(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path)
+    older = make_state(1)
+    manager.save(1, older, {"step": 1})
+    bad = manager.save(2, make_state(2), {"step": 2})
+    shard = truncate_largest_shard(bad)
+    with caplog.at_level("WARNING", logger="krea2.infra.checkpoint"):
+        assert manager.load(zeros_like(older)) == {"step": 1}
+    warning = next(r for r in caplog.records if r.levelname == "WARNING").getMessage()
+    assert "CORRUPT CHECKPOINT" in warning and shard.name in warning
+    assert "resuming from step 1 instead" in warning
+    (kept,) = tmp_path.glob("corrupt-step-000000002-*")
+    assert kept.name in warning and shard.name in (kept / "CORRUPT_REASON.txt").read_text()
+    assert not bad.exists()
+    assert [e.step for e in scan_checkpoints(tmp_path)] == [1]  # scans ignore it
+    manager.save(2, make_state(3))  # the resumed run saves step 2 again
+    assert kept.is_dir() and (kept / shard.name).is_file()  # and the evidence stays
+
+
+def test_explicit_step_load_of_a_corrupt_checkpoint_moves_nothing(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    bad = manager.save(1, make_state(1))
+    truncate_largest_shard(bad)
+    with pytest.raises(CheckpointCorruptError):
+        manager.load(make_state(0), step=1)
+    assert bad.is_dir() and not list(tmp_path.glob("corrupt-*"))
+
+
 def test_garbage_in_a_shard_with_the_right_size_is_a_clear_error(tmp_path):
     manager = CheckpointManager(tmp_path)
     path = manager.save(1, make_state(1))

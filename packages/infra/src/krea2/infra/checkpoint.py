@@ -39,11 +39,13 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from krea2.infra.checkpoint_layout import (
     COMPLETE_MARKER,
+    CORRUPT_PREFIX,
     TMP_PREFIX,
     CheckpointCorruptError,
     fsync_path,
     remove_tree,
     scan_checkpoints,
+    set_aside,
     step_dir_name,
     steps_to_delete,
     tmp_dir_name,
@@ -264,10 +266,13 @@ class CheckpointManager:
     ) -> dict[str, Any]:
         """Load tensors in place into ``state`` and return this rank's plain data.
 
-        With ``step=None`` the newest complete checkpoint is loaded; if it turns out to
-        be corrupt, the error is logged (and passed to ``on_fallback``) and the previous
-        one is tried. With an explicit ``step`` a corrupt checkpoint raises
-        :class:`CheckpointCorruptError` naming its path.
+        With ``step=None`` the newest checkpoint that loads is used. Every newer one that
+        turns out to be torn or corrupt is reported by a WARNING naming the reason and
+        the step loaded instead, passed to ``on_fallback``, and set aside by rank 0 as
+        ``corrupt-step-...`` (kept for inspection; never loaded, pruned or overwritten).
+        If none loads, all are set aside and the newest one's error is raised. With an
+        explicit ``step`` a corrupt checkpoint raises :class:`CheckpointCorruptError`
+        naming its path, and nothing is moved.
 
         Raises:
             FileNotFoundError: no checkpoint (of that step) exists under ``root``.
@@ -278,17 +283,41 @@ class CheckpointManager:
         entries = scan_checkpoints(self.root)
         if not entries:
             raise FileNotFoundError(f"no checkpoints under {self.root}")
-        last_error: CheckpointCorruptError | None = None
+        failed: list[CheckpointCorruptError] = []
         for entry in reversed(entries):
             try:
-                return self._load_dir(entry.path, state)
+                extra = self._load_dir(entry.path, state)
             except CheckpointCorruptError as exc:
-                log.warning("skipping %s; falling back to an older checkpoint", exc)
+                failed.append(exc)
                 if on_fallback is not None:
                     on_fallback(exc)
-                last_error = exc
-        assert last_error is not None
-        raise last_error
+                continue
+            self._set_aside(failed, entry.step)
+            return extra
+        self._set_aside(failed, None)
+        raise failed[0]
+
+    def _set_aside(self, failed: list[CheckpointCorruptError], fallback: int | None) -> None:
+        """Warn about each corrupt checkpoint skipped on the way to step ``fallback`` (None:
+        nothing loaded) and move it aside (rank 0), so a later save cannot replace it."""
+        for exc in failed:
+            kept = exc.path.with_name(f"{CORRUPT_PREFIX}{exc.path.name}-<time>")
+            if self.rank == 0:
+                kept = set_aside(exc.path, exc.problem)
+            instead = (
+                f"resuming from step {fallback} instead"
+                if fallback is not None
+                else "no older checkpoint loads either"
+            )
+            log.warning(
+                "CORRUPT CHECKPOINT %s: %s; %s. The folder is kept as %s for inspection.",
+                exc.path,
+                exc.problem,
+                instead,
+                kept,
+            )
+        if failed:
+            self._barrier()
 
     def _load_dir(self, path: Path, state: dict[str, Any]) -> dict[str, Any]:
         if not path.is_dir():

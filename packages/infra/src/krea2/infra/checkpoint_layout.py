@@ -4,7 +4,9 @@ A checkpoint of step ``s`` is the directory ``step-<s:09d>`` under the manager's
 It is written as ``.tmp-step-<s:09d>``, fsynced, renamed into place, and only then
 marked ``COMPLETE``. ``manifest.json`` lists every file with its size, so a truncated
 file is detected without reading the tensors. Anything without the marker is torn and
-is never loaded.
+is never loaded. A checkpoint found corrupt when a run resumes is renamed
+``corrupt-step-<s:09d>-<UTC time>`` (with the reason in ``CORRUPT_REASON.txt``): kept
+for inspection, invisible to discovery and retention.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,8 @@ COMPLETE_MARKER = "COMPLETE"
 MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^step-(\d{9,})$")
 TMP_PREFIX = ".tmp-step-"
+CORRUPT_PREFIX = "corrupt-"
+CORRUPT_REASON = "CORRUPT_REASON.txt"
 
 
 class CheckpointCorruptError(RuntimeError):
@@ -129,6 +134,21 @@ def steps_to_delete(steps: list[int], keep_last: int, keep_every: int | None) ->
     if keep_every:
         keep |= {s for s in ordered if s % keep_every == 0}
     return [s for s in ordered if s not in keep]
+
+
+def set_aside(path: Path, problem: str) -> Path:
+    """Rename the corrupt checkpoint ``path`` to ``corrupt-<name>-<UTC time>`` beside it,
+    with ``problem`` written into it; returns the new path. Nothing scans that name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{CORRUPT_PREFIX}{path.name}-{stamp}")
+    n = 1
+    while target.exists():  # two set-asides of one step within a second
+        target = path.with_name(f"{CORRUPT_PREFIX}{path.name}-{stamp}-{n}")
+        n += 1
+    path.rename(target)
+    write_durably(target / CORRUPT_REASON, problem + "\n")
+    fsync_path(path.parent)
+    return target
 
 
 def remove_tree(path: Path) -> None:
