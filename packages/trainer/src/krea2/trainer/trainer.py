@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -18,9 +16,15 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from krea2.dit.parallel import tp_partial_params
-from krea2.infra.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from krea2.infra.checkpoint import (
+    CheckpointCorruptError,
+    CheckpointManager,
+    capture_rng_state,
+    restore_rng_state,
+)
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
+from krea2.infra.progress import Progress, progress
 from krea2.trainer.build import (
     TrainModule,
     build_autoencoder,
@@ -29,59 +33,19 @@ from krea2.trainer.build import (
     dit_config,
 )
 from krea2.trainer.cache import LatentCache
-from krea2.trainer.captions import choose_captions
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
-from krea2.trainer.distributed import DistEnv, all_reduce_sum, init_distributed
-from krea2.trainer.evaluate import to_unit
-from krea2.trainer.objective import (
-    TIME_BUCKETS,
-    draw_time_and_noise,
-    flow_terms,
-    sample_generator,
-    stage_mu,
-    time_bucket_sums,
-    weighted_loss,
-)
+from krea2.trainer.distributed import DistEnv, init_distributed
 from krea2.trainer.observe import MetricsLog
-from krea2.trainer.optim import build_optimizers, clip_grad_norm, set_lr
-from krea2.trainer.parallelize import sum_tp_partial_grads
+from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
-from krea2.trainer.schedule import wsd_factor
 from krea2.trainer.stability import SpikeDetector, Verdict
+from krea2.trainer.step import StageRun, StageState, TrainingStopped, forward_backward
 from krea2.trainer.validate import resolve_files
 from krea2.trainer.warmstart import stage_checkpoints, warm_start
 
 log = get_logger("trainer")
-
-
-class TrainingStopped(UserError):
-    """The run stopped on purpose (too many bad steps or samples); the message says why."""
-
-
-@dataclass
-class StageState:
-    """Per-stage loop state that is saved with every checkpoint (as JSON ``extra``)."""
-
-    step: int = 0  # next step to run
-    skip: list[int] = field(default_factory=list)  # batches never to train on (rollbacks)
-    stability: dict[str, Any] | None = None
-
-
-@dataclass
-class StageRun:
-    """What one stage's loop works on: its data, module, optimizers, checkpoints and guard."""
-
-    stage: StageConfig
-    data: ShardIndex
-    module: TrainModule
-    optimizers: list[torch.optim.Optimizer]
-    params: list[nn.Parameter]  # the trainable ones, for clipping
-    tp_partial: list[nn.Parameter]  # QK-norm scales whose grads are summed over the tp ranks
-    checkpoints: CheckpointManager
-    detector: SpikeDetector
-    state: StageState = field(default_factory=StageState)
-    encoder: nn.Module | None = None  # iREPA's frozen encoder, while iREPA is on
+__all__ = ["StageRun", "StageState", "Trainer", "TrainingStopped"]
 
 
 class Trainer:
@@ -169,14 +133,47 @@ class Trainer:
     def run_stage(
         self, i: int, stage: StageConfig, index: ShardIndex, eval_index: ShardIndex | None
     ) -> None:
-        """Train ``stage`` from its newest checkpoint (or its start) to its last step."""
-        cfg, env = self.cfg, self.env
+        """Train ``stage`` from its newest checkpoint (or its start) to its last step, then
+        mark it finished. Ctrl-C lets a checkpoint in flight finish, says where a resume
+        will continue, and re-raises: the stage is not marked finished."""
         run = self._resume_or_init(i, stage, index)
+        bar = progress(
+            f"train {stage.name}",
+            stage.steps,
+            unit="step",
+            completed=run.state.step,
+            enabled=self.env.is_main,
+        )
+        try:
+            with bar:
+                last_saved = self._train_steps(run, eval_index, bar)
+        except KeyboardInterrupt:
+            self._interrupted(run)
+            raise
+        run.checkpoints.wait()
+        if last_saved != stage.steps - 1:
+            self._save(run, stage.steps - 1, sync=True)
+        self.reports.finish(stage, run.module, eval_index)
+        if self.env.is_main:
+            self._done_marker(stage).write_text(f"{stage.steps}\n")
+        if self.env.distributed:
+            torch.distributed.barrier()
+
+    def _train_steps(self, run: StageRun, eval_index: ShardIndex | None, bar: Progress) -> int:
+        """The stage's remaining steps (restarting the loader after a rollback); returns
+        the last step checkpointed on the way."""
+        cfg, env, stage = self.cfg, self.env, run.stage
         step = run.state.step
         last_saved = step - 1
         while step < stage.steps:  # a rollback starts the loader again at the restored step
             loader = batch_loader(
-                index, env.dp_rank, env.dp, step, stage.steps, cfg.data.workers, cfg.data.prefetch
+                run.data,
+                env.dp_rank,
+                env.dp,
+                step,
+                stage.steps,
+                cfg.data.workers,
+                cfg.data.prefetch,
             )
             restart = None
             t_prev, cpu_prev = time.perf_counter(), time.process_time()
@@ -195,6 +192,7 @@ class Trainer:
                 out["step_cpu_time"] = cpu_now - cpu_prev  # this process's CPU seconds
                 t_prev, cpu_prev = now, cpu_now
                 self.reports.step(stage, run.module.dit.cfg, step, out)
+                bar.update(step + 1, loss=f"{out['loss']:.4f}")
                 every = cfg.checkpoint.every
                 if every and (step + 1) % every == 0 and step + 1 < stage.steps:
                     self._save(run, step, sync=False)
@@ -203,14 +201,22 @@ class Trainer:
                 step += 1
             if restart is None:
                 break
-        run.checkpoints.wait()
-        if last_saved != stage.steps - 1:
-            self._save(run, stage.steps - 1, sync=True)
-        self.reports.finish(stage, run.module, eval_index)
-        if env.is_main:
-            self._done_marker(stage).write_text(f"{stage.steps}\n")
-        if env.distributed:
-            torch.distributed.barrier()
+        return last_saved
+
+    def _interrupted(self, run: StageRun) -> None:
+        """After Ctrl-C: finish the checkpoint in flight (never leave it torn) and log
+        where ``--resume`` will continue."""
+        try:
+            run.checkpoints.wait()
+        except Exception as exc:  # the save failed; the older checkpoints stand
+            log.warning("the checkpoint in flight failed: %s", exc)
+        newest = run.checkpoints.latest_step()
+        where = "its beginning" if newest is None else f"step {newest + 1}"
+        log.warning(
+            "interrupted: stage %s is not finished; krea2 train --resume continues it from %s",
+            run.stage.name,
+            where,
+        )
 
     def _resume_or_init(self, i: int, stage: StageConfig, index: ShardIndex) -> StageRun:
         """Build the stage's module and optimizers, then resume them (with the step, guard
@@ -233,8 +239,8 @@ class Trainer:
             ),
             detector=SpikeDetector(cfg.stability),
         )
-        if self.resume and run.checkpoints.latest_step() is not None:
-            extra = self._load_state(run.checkpoints, module, run.optimizers)
+        extra = self._resume_from_checkpoint(run) if self.resume else None
+        if extra is not None:
             run.state = StageState(extra["step"] + 1, extra["skip"], extra["stability"])
             run.detector.load_state_dict(extra["stability"])
             restore_rng_state(extra["rng"])
@@ -250,6 +256,21 @@ class Trainer:
             ).to(env.device)
             module.set_irepa(stage.irepa.layer)
         return run
+
+    def _resume_from_checkpoint(self, run: StageRun) -> dict[str, Any] | None:
+        """Load the stage's newest loadable checkpoint into ``run``; returns its plain data,
+        or None when the stage has none. A corrupt newer one is reported and set aside by
+        the manager; when none loads, the run stops (the module may be half-loaded)."""
+        try:
+            return self._load_state(run.checkpoints, run.module, run.optimizers)
+        except FileNotFoundError:
+            return None
+        except CheckpointCorruptError as exc:
+            raise UserError(
+                f"stage {run.stage.name!r}: no checkpoint under {run.checkpoints.root} loads "
+                f"(newest: {exc.problem}); each is kept as corrupt-step-* for inspection. "
+                "Run the same command again to restart the stage from its beginning"
+            ) from exc
 
     def _save(self, run: StageRun, step: int, sync: bool) -> None:
         """Checkpoint ``step`` with the loop state; async unless ``sync`` (a stage's end)."""
@@ -323,77 +344,13 @@ class Trainer:
         return extra["step"] + 1
 
     def _forward_backward(self, run: StageRun, batch: dict, step: int) -> dict[str, Any]:
-        """The loss of ``batch``, backpropagated, its grads summed and clipped; returns the
-        step's metrics, all-reduced over the dp ranks."""
-        stage, module = run.stage, run.module
-        cfg, env = self.cfg, self.env
-        local = batch["pixels"].shape[0]
-        weight = batch["weight"].to(env.device)
-        bad = float((weight == 0).sum())
-        if bad:
-            self.metrics.bad_samples.labels(stage=stage.name).inc(bad)
-        if bad / max(local, 1) > cfg.stability.max_bad_samples:
-            raise TrainingStopped(
-                f"step {step}: {int(bad)} of {local} samples could not be decoded "
-                f"(over stability.max_bad_samples={cfg.stability.max_bad_samples}); "
-                "check the shards named in the log"
-            )
-        lr = set_lr(run.optimizers, wsd_factor(step, stage.steps, stage.schedule))
-        first = env.dp_rank * local
-        gens = [sample_generator(cfg.seed, step, first + j) for j in range(local)]
-        captions = choose_captions(
-            batch["captions"], stage.caption_weights, stage.caption_dropout, gens
+        """One batch's loss, backpropagated (see :func:`krea2.trainer.step.forward_backward`)."""
+        return forward_backward(
+            run,
+            batch,
+            step,
+            self.cfg,
+            self.env,
+            lambda keys, pixels: self.latents.encode(keys, pixels, self.ae.encode),
+            self.metrics.bad_samples,
         )
-        pixels = to_unit(batch["pixels"]).to(env.device)
-        with torch.no_grad():
-            latents = self.latents.encode(batch["keys"], pixels, self.ae.encode)
-        latents = latents.to(next(module.dit.parameters()).dtype)
-        patch = module.dit.cfg.patch
-        tokens = (latents.shape[2] // patch) * (latents.shape[3] // patch)
-        mu = stage_mu(stage.time_shift, tokens)
-        t, noise = draw_time_and_noise(
-            gens, tuple(latents.shape[1:]), mu, stage.time_loc, stage.time_scale
-        )
-        target = None
-        if run.encoder is not None:
-            grid = (latents.shape[2] // patch, latents.shape[3] // patch)
-            target = run.encoder(pixels, grid)
-        aux_box: list = []
-
-        def velocity(x, _txt, tt, _mask):
-            v, aux = module(x, tt, captions, target)
-            aux_box.append(aux)
-            return v
-
-        terms = flow_terms(velocity, latents, None, None, t, noise)
-        total_w = all_reduce_sum(weight.sum().detach().double().clone(), env)
-        loss = weighted_loss(terms.per_sample, weight, total_w.to(weight.dtype), env.dp)
-        irepa_loss = aux_box[0] if aux_box and aux_box[0] is not None else None
-        if irepa_loss is not None:
-            loss = loss + stage.irepa.weight * irepa_loss
-        loss.backward()
-        if env.tp > 1:
-            sum_tp_partial_grads(run.tp_partial, env.mesh["tp"])
-        grad_norm = clip_grad_norm(run.params, cfg.optimizer.grad_clip)
-        stats = time_bucket_sums(terms.per_sample, terms.t, weight)
-        flow_sum = torch.stack([(terms.per_sample.detach() * weight).sum().double()])
-        packed = torch.cat([flow_sum, stats.flatten()])
-        if irepa_loss is not None:
-            packed = torch.cat([packed, irepa_loss.detach().double().view(1) / env.dp])
-        all_reduce_sum(packed, env)
-        flow_loss = float(packed[0] / total_w.clamp_min(1e-12))
-        stats = packed[1 : 1 + 2 * TIME_BUCKETS].view(2, TIME_BUCKETS)
-        out: dict[str, Any] = {
-            "loss": flow_loss,
-            "grad_norm": grad_norm,
-            "lr": lr,
-            "mu": mu,
-            "image_tokens": tokens,
-            "bad_samples": bad,
-        }
-        for b in range(TIME_BUCKETS):
-            n = float(stats[1, b])
-            out[f"loss_t{b}"] = float(stats[0, b]) / n if n else None
-        if irepa_loss is not None:
-            out["irepa_loss"] = float(packed[-1])
-        return out

@@ -1,0 +1,120 @@
+"""`krea2 train` as a real process: Ctrl-C mid-stage, a corrupt newest checkpoint on
+--resume, and the progress lines a log gets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from krea2.infra.checkpoint_layout import scan_checkpoints
+from krea2.trainer.observe import read_metrics
+
+KREA2 = str(Path(sys.executable).parent / "krea2")
+STEPS = 60
+
+
+def krea2_train(config: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "KREA2_PROGRESS": "plain"}
+    return subprocess.Popen(
+        [KREA2, "train", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    return out
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, shards) -> Path:
+    """A run SIGINTed (as Ctrl-C does) right after its step-5 checkpoint; returns its root
+    (job.toml, run/, and the process's output in output.txt and rc in rc.txt)."""
+    from trainer_test_helpers import job_toml
+
+    root = tmp_path_factory.mktemp("interrupted")
+    (root / "job.toml").write_text(job_toml(root / "run", shards, steps=STEPS))
+    proc = krea2_train(root / "job.toml")
+    seen = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "saved checkpoint" in line and "step-000000005" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        seen.append(finish(proc))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (root / "output.txt").write_text("".join(seen))
+    (root / "rc.txt").write_text(str(proc.returncode))
+    return root
+
+
+def copy_run(interrupted: Path, tmp_path: Path) -> Path:
+    """A private copy of the interrupted run; returns its job file (run_dir rewritten)."""
+    shutil.copytree(interrupted / "run", tmp_path / "run")
+    job = tmp_path / "job.toml"
+    text = (interrupted / "job.toml").read_text()
+    job.write_text(text.replace(str(interrupted / "run"), str(tmp_path / "run")))
+    return job
+
+
+def test_ctrl_c_exits_130_without_marking_the_stage_or_tearing_a_checkpoint(interrupted):
+    output = (interrupted / "output.txt").read_text()
+    assert (interrupted / "rc.txt").read_text() == "130", output
+    assert "interrupted" in output.splitlines()[-1]
+    root = interrupted / "run" / "checkpoints"
+    assert not (root / "pretrain.done").exists()
+    entries = scan_checkpoints(root / "pretrain")
+    assert entries and all(e.complete for e in entries), entries
+    newest = entries[-1].step
+    assert newest < STEPS - 1
+    assert f"krea2 train --resume continues it from step {newest + 1}" in output
+    assert "train pretrain:" in output and "(stopped)" in output  # the last progress line
+
+
+def test_resume_after_ctrl_c_continues_from_the_newest_checkpoint(interrupted, tmp_path):
+    job = copy_run(interrupted, tmp_path)
+    newest = scan_checkpoints(tmp_path / "run" / "checkpoints" / "pretrain")[-1].step
+    proc = krea2_train(job, "--resume")
+    out = finish(proc)
+    assert proc.returncode == 0, out
+    assert f"resumed stage pretrain at step {newest + 1}" in out
+    assert f"train pretrain: {STEPS}/{STEPS} step (100%)" in out
+    assert (tmp_path / "run" / "checkpoints" / "pretrain.done").exists()
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(STEPS))
+
+
+def test_resume_past_a_corrupt_newest_checkpoint_says_so_and_keeps_it(interrupted, tmp_path):
+    job = copy_run(interrupted, tmp_path)
+    ckpts = tmp_path / "run" / "checkpoints" / "pretrain"
+    *_, older, newest = scan_checkpoints(ckpts)
+    shard = max(newest.path.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    with open(shard, "r+b") as f:
+        f.truncate(shard.stat().st_size // 2)
+    started = time.time()
+    proc = krea2_train(job, "--resume")
+    out = finish(proc)
+    assert proc.returncode == 0, out
+    warning = next(line for line in out.splitlines() if "CORRUPT CHECKPOINT" in line)
+    assert "WARNING" in warning and shard.name in warning and "truncated" in warning
+    assert f"resuming from step {older.step} instead" in warning
+    assert f"resumed stage pretrain at step {older.step + 1}" in out
+    (kept,) = ckpts.glob(f"corrupt-{newest.path.name}-*")
+    assert kept.name in warning and (kept / shard.name).stat().st_mtime < started
+    assert "truncated" in (kept / "CORRUPT_REASON.txt").read_text()
+    # The resumed run saved that step again beside the kept one.
+    assert all(e.complete for e in scan_checkpoints(ckpts))
