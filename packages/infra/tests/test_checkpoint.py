@@ -276,3 +276,29 @@ def test_infra_checkpoints_command_lists_complete_and_torn(tmp_path):
     assert "step          2" in lines[1] and "INCOMPLETE" in lines[1] and "truncated" in lines[1]
     empty = CliRunner().invoke(app, ["checkpoints", str(tmp_path / "none")])
     assert empty.exit_code == 1 and "no checkpoints" in empty.output
+
+
+def test_infra_checkpoints_command_finds_each_stage_of_a_run_directory(tmp_path):
+    run = tmp_path / "runs" / "toy"
+    for stage, steps in (("p32", (1, 2)), ("p64", (3,))):
+        manager = CheckpointManager(run / "checkpoints" / stage)
+        for step in steps:
+            manager.save(step, make_state(step))
+    truncate_largest_shard(run / "checkpoints" / "p32" / "step-000000002")
+    CheckpointManager(run / "checkpoints" / "p32").load(make_state(0))  # sets step 2 aside
+    krea2 = str(Path(sys.executable).parent / "krea2")
+    for arg in (run, run / "checkpoints"):
+        result = subprocess.run(
+            [krea2, "infra", "checkpoints", str(arg)], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0] == f"{run / 'checkpoints' / 'p32'}:"
+        assert "step          1" in lines[1] and "complete" in lines[1]
+        assert lines[2].startswith("set aside as corrupt: ") and "truncated" in lines[2]
+        assert lines[3] == f"{run / 'checkpoints' / 'p64'}:"
+        assert "step          3" in lines[4]
+    empty = subprocess.run(
+        [krea2, "infra", "checkpoints", str(tmp_path / "none")], capture_output=True, text=True
+    )
+    assert empty.returncode == 1 and "no checkpoints under" in empty.stdout

@@ -127,6 +127,34 @@ def scan_checkpoints(root: str | Path) -> list[CheckpointEntry]:
     return sorted(entries, key=lambda e: e.step)
 
 
+def set_aside_checkpoints(root: str | Path) -> list[tuple[Path, str]]:
+    """The checkpoints set aside as corrupt under ``root``, oldest name first, with the
+    reason recorded in each."""
+    out = []
+    for path in sorted(Path(root).glob(f"{CORRUPT_PREFIX}step-*")):
+        reason = path / CORRUPT_REASON
+        out.append((path, reason.read_text().strip() if reason.is_file() else "no reason recorded"))
+    return out
+
+
+def find_checkpoint_roots(path: str | Path, depth: int = 2) -> list[Path]:
+    """The directories holding ``step-*`` checkpoints (or set-aside ones) at ``path`` or up
+    to ``depth`` levels below it, sorted: a run directory ``runs/x`` finds each stage's
+    ``runs/x/checkpoints/<stage>``."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    if any(
+        _STEP_DIR.match(c.name) or c.name.startswith(f"{CORRUPT_PREFIX}step-")
+        for c in path.iterdir()
+    ):
+        return [path]
+    if depth == 0:
+        return []
+    children = sorted(c for c in path.iterdir() if c.is_dir() and not c.name.startswith("."))
+    return [root for c in children for root in find_checkpoint_roots(c, depth - 1)]
+
+
 def steps_to_delete(steps: list[int], keep_last: int, keep_every: int | None) -> list[int]:
     """Retention: keep the newest ``keep_last`` steps and every step divisible by ``keep_every``."""
     ordered = sorted(steps)

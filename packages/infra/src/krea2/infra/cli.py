@@ -9,7 +9,7 @@ import typer
 app = typer.Typer(
     help=(
         "Infrastructure tools: checkpoints and metrics.\n\n"
-        "Example: krea2 infra checkpoints runs/toy/checkpoints"
+        "Example: krea2 infra checkpoints runs/toy-pretrain"
     ),
     no_args_is_help=True,
 )
@@ -17,21 +17,35 @@ app = typer.Typer(
 
 @app.command()
 def checkpoints(
-    root: Path = typer.Argument(..., help="A checkpoint manager's root directory."),
+    path: Path = typer.Argument(
+        ..., help="A run directory, its checkpoints/ folder, or one checkpoint root."
+    ),
 ) -> None:
-    """List checkpoints under ROOT: step, completeness, size.
+    """List checkpoints under PATH (each stage's, for a run directory): step, size,
+    completeness, and the ones set aside as corrupt with the reason.
 
-    Example: krea2 infra checkpoints runs/toy/checkpoints
+    Example: krea2 infra checkpoints runs/toy-pretrain
     """
-    from krea2.infra.checkpoint_layout import scan_checkpoints
+    from krea2.infra.checkpoint_layout import (
+        find_checkpoint_roots,
+        scan_checkpoints,
+        set_aside_checkpoints,
+    )
 
-    rows = scan_checkpoints(root)
-    if not rows:
-        typer.echo(f"no checkpoints under {root}")
+    roots = find_checkpoint_roots(path)
+    if not roots:
+        typer.echo(f"no checkpoints under {path} (looked for step-* folders up to 2 levels down)")
         raise typer.Exit(1)
-    for row in rows:
-        state = "complete" if row.complete else f"INCOMPLETE ({row.problem})"
-        typer.echo(f"step {row.step:>10}  {row.size_bytes / 2**20:10.1f} MiB  {state}  {row.path}")
+    for root in roots:
+        if roots != [path]:
+            typer.echo(f"{root}:")
+        for row in scan_checkpoints(root):
+            state = "complete" if row.complete else f"INCOMPLETE ({row.problem})"
+            typer.echo(
+                f"step {row.step:>10}  {row.size_bytes / 2**20:10.1f} MiB  {state}  {row.path}"
+            )
+        for kept, reason in set_aside_checkpoints(root):
+            typer.echo(f"set aside as corrupt: {kept} ({reason})")
 
 
 @app.command()
