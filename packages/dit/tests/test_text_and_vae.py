@@ -154,3 +154,29 @@ def test_vae_loads_from_a_local_folder(cls, tmp_path):
     loaded = cls.from_pretrained(tmp_path, dtype=torch.float32)  # finds the vae/ subfolder
     x = torch.rand(1, 3, 16, 16) * 2 - 1
     torch.testing.assert_close(loaded.encode(x), ae.encode(x))
+
+
+def test_a_text_encoder_folder_without_a_tokenizer_is_refused(enc, tmp_path):
+    enc.model.save_pretrained(tmp_path / "text_encoder")  # the diffusers layout, no tokenizer/
+    with pytest.raises(UserError, match=r"no tokenizer for the text encoder .*text_encoder"):
+        TextEncoder.from_pretrained(tmp_path / "text_encoder", taps=enc.taps, max_length=24)
+
+
+def test_an_empty_tokenizer_is_refused(enc, tmp_path):
+    from transformers import AutoTokenizer
+
+    enc.model.save_pretrained(tmp_path)
+    empty = AutoTokenizer.from_pretrained(tmp_path)  # what transformers builds without files
+    with pytest.raises(UserError, match="tokenizer is empty"):
+        TextEncoder(enc.model, empty, enc.taps, max_length=24)
+
+
+def test_the_diffusers_layout_finds_the_sibling_tokenizer(enc, tmp_path):
+    enc.model.save_pretrained(tmp_path / "text_encoder")
+    enc.tokenizer.save_pretrained(tmp_path / "tokenizer")
+    want = enc.encode(["a red circle", "two shapes"])
+    for path in (tmp_path / "text_encoder", tmp_path):  # the model folder or the whole folder
+        loaded = TextEncoder.from_pretrained(path, enc.taps, 24, dtype=torch.float32)
+        got = loaded.encode(["a red circle", "two shapes"])
+        assert torch.equal(got[1], want[1])
+        torch.testing.assert_close(got[0], want[0])

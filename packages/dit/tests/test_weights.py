@@ -157,7 +157,7 @@ def test_ablation_config_cannot_go_to_diffusers(tmp_path):
 
 def test_conditioning_record_round_trips_in_both_formats(model, tmp_path):
     record = {"text_encoder": "trainer:words", "prediction": "x0", "shift": 1, "x0_min_t": 0.1}
-    want = {**record, "shift": 1.0, "text_tokens": None}
+    want = {**record, "shift": 1.0, "text_tokens": None, "autoencoder": None}
     krea = save_weights(model, tmp_path / "c.safetensors", conditioning=record)
     diff = save_weights(model, tmp_path / "d", format="diffusers", conditioning=record)
     assert read_conditioning(krea) == want
@@ -175,10 +175,11 @@ def test_weights_without_a_record_have_no_conditioning(model, tmp_path):
 def test_conditioning_defaults_and_bad_records():
     got = check_conditioning({"text_encoder": "tiny:0"})
     assert got == {"text_encoder": "tiny:0", "prediction": "velocity", "shift": None,
-                   "text_tokens": None}  # fmt: skip
+                   "text_tokens": None, "autoencoder": None}  # fmt: skip
     for bad, field in [({}, "text_encoder"), ({"text_encoder": "tiny", "shift": "x"}, "shift"),
                        ({"text_encoder": "tiny", "prediction": 3}, "prediction"),
-                       ({"text_encoder": "tiny", "text_tokens": 1.5}, "text_tokens")]:  # fmt: skip
+                       ({"text_encoder": "tiny", "text_tokens": 1.5}, "text_tokens"),
+                       ({"text_encoder": "tiny", "autoencoder": 3}, "autoencoder")]:  # fmt: skip
         with pytest.raises(UserError, match=field):
             check_conditioning(bad)
 

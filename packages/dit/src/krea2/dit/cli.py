@@ -37,49 +37,76 @@ def _dtype(name: str, device: str):
 
 @app.command()
 def sample(
-    weights: Path = typer.Option(..., help="DiT checkpoint: .safetensors or diffusers folder."),
     prompt: list[str] = typer.Option(..., help="Prompt; repeat for several images."),
+    out: Path = typer.Option(..., help="Output folder for PNGs."),
+    model: Path = typer.Option(
+        None,
+        help="A whole model folder: diffusers layout (transformer/, text_encoder/, tokenizer/, "
+        "vae/, scheduler/) or the native release files (one DiT .safetensors, text_encoder/, "
+        "vae/). Its scheduler's shift settings are used.",
+    ),
+    weights: Path = typer.Option(
+        None, help="DiT checkpoint: .safetensors or diffusers folder (replaces --model's DiT)."
+    ),
     size: str = typer.Option("1024x1024", help="WIDTHxHEIGHT in pixels."),
     steps: int = typer.Option(28, help="Euler steps."),
     cfg: float = typer.Option(4.5, help="Krea CFG w: v_c + w (v_c - v_u); 0 disables."),
     seed: int = typer.Option(0, help="Image i uses seed + i."),
-    mu: float = typer.Option(None, help="Fixed time shift (default: from the resolution)."),
+    mu: float = typer.Option(
+        None, help="Fixed time shift (default: recorded in the weights, else the scheduler's)."
+    ),
     turbo: bool = typer.Option(False, help="Turbo settings: mu 1.15 (pass --steps 8 --cfg 0)."),
     negative: str = typer.Option("", help="Negative prompt (used when cfg != 0)."),
     text_encoder: str = typer.Option(
-        "tiny", help="'qwen3-vl:PATH' (local Qwen3-VL folder) or 'tiny[:SEED]' (random, tiny)."
+        None,
+        help="'qwen3-vl:PATH' (local Qwen3-VL folder; its tokenizer beside it or in "
+        "../tokenizer) or 'tiny[:SEED]'. Default: recorded in the weights, else --model's, "
+        "else tiny.",
     ),
-    text_tokens: int = typer.Option(512, help="Fixed text length T of the layout."),
-    ae: str = typer.Option("pixel", help="'pixel[:F]', 'qwen-image:PATH' or 'flux2:PATH'."),
+    text_tokens: int = typer.Option(
+        None, help="Fixed text length T of the layout (default: recorded, else 512)."
+    ),
+    ae: str = typer.Option(
+        None,
+        help="'pixel[:F]', 'qwen-image:PATH' or 'flux2:PATH' (default: recorded, else "
+        "--model's vae/, else pixel).",
+    ),
+    prediction: str = typer.Option(
+        None, help="What the DiT outputs: velocity or x0 (default: recorded, else velocity)."
+    ),
+    batch_size: int = typer.Option(4, help="Prompts per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
     dtype: str = typer.Option("auto", help="auto (bf16 on GPU, fp32 on CPU), fp32, bf16."),
-    out: Path = typer.Option(..., help="Output folder for PNGs."),
 ) -> None:
     """Generate images from prompts and write PNGs.
+
+    Weights written by `krea2 train pma/merge` record their text conditioning, prediction
+    and shift; those are used by default, and weights whose conditioning this command
+    cannot rebuild are refused (sample them with `krea2 train sample`).
 
     Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
     --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
     """
-    from krea2.dit.components import (
-        load_autoencoder,
-        load_text_encoder,
-        parse_autoencoder,
-        parse_text_encoder,
-    )
-    from krea2.dit.flow import TURBO_MU
+    from krea2.dit.components import load_autoencoder, load_text_encoder
     from krea2.dit.generation import generate, parse_size, save_pngs
+    from krea2.dit.sample_plan import plan_sample
     from krea2.dit.weights import from_pretrained
 
     w, h = parse_size(size)
-    ae_spec, text_spec = parse_autoencoder(ae), parse_text_encoder(text_encoder)
+    plan = plan_sample(
+        model=model, weights=weights, text_encoder=text_encoder, autoencoder=ae,
+        text_tokens=text_tokens, prediction=prediction, mu=mu, turbo=turbo,
+    )  # fmt: skip
     dev = _device(device)
     dt = _dtype(dtype, dev)
-    model = from_pretrained(weights, dtype=dt, device=dev)
-    enc = load_text_encoder(text_spec, model.cfg, text_tokens, dt, dev)
-    autoenc = load_autoencoder(ae_spec, dt, dev)
+    typer.echo(f"sampling {len(prompt)} image(s) with {plan.describe()}", err=True)
+    net = from_pretrained(plan.weights, dtype=dt, device=dev)
+    enc = load_text_encoder(plan.text_encoder, net.cfg, plan.text_tokens, dt, dev)
+    autoenc = load_autoencoder(plan.autoencoder, dt, dev)
     images = generate(
-        model, enc, autoenc, prompt, w, h, steps=steps, cfg=cfg, seed=seed,
-        mu=TURBO_MU if turbo and mu is None else mu, negative=negative,
+        net, enc, autoenc, prompt, w, h, steps=steps, cfg=cfg, seed=seed,
+        mu=plan.time_shift, negative=negative, prediction=plan.prediction,
+        x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True,
     )  # fmt: skip
     for p in save_pngs(images, out, [seed + i for i in range(len(prompt))]):
         typer.echo(str(p))
@@ -118,7 +145,7 @@ def flops(
     Example: krea2 dit flops --config krea2-12b --size 1024x1024
     """
     from krea2.dit.config import get_config
-    from krea2.dit.flops import cost
+    from krea2.dit.flops import cost, format_flops
     from krea2.dit.flow import image_tokens
     from krea2.dit.generation import parse_size
 
@@ -134,5 +161,5 @@ def flops(
         return
     typer.echo(f"config {config}: {c.params:,} parameters")
     typer.echo(f"{size} x batch {batch}: {n} image + {text_tokens} text tokens")
-    typer.echo(f"forward:       {c.forward_flops / 1e12:,.2f} TFLOP")
-    typer.echo(f"training step: {c.train_flops / 1e12:,.2f} TFLOP (forward + backward)")
+    typer.echo(f"forward:       {format_flops(c.forward_flops)}")
+    typer.echo(f"training step: {format_flops(c.train_flops)} (forward + backward)")

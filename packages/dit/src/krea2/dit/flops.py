@@ -122,3 +122,14 @@ def cost(
     if checkpointing == "full":
         train += batch * _main_blocks_flops(cfg, text_tokens, image_tokens)
     return Cost(param_count(cfg), fwd, train)
+
+
+FLOP_UNITS = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+
+
+def format_flops(flops: float) -> str:
+    """A FLOP count in the largest unit it reaches: 3.41e9 -> '3.41 GFLOP', 120 -> '120 FLOP'."""
+    for scale, unit in FLOP_UNITS:
+        if abs(flops) >= scale:
+            return f"{flops / scale:,.2f} {unit}"
+    return f"{flops:,.0f} FLOP"

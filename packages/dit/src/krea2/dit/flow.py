@@ -7,6 +7,7 @@ model predicts v = noise - x_data.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -22,6 +23,30 @@ def resolution_mu(image_tokens: int, x1=MU_X1, y1=MU_Y1, x2=MU_X2, y2=MU_Y2) -> 
     """mu linear in the image-token count, not clamped: 1024 tokens (512^2) -> 0.58125."""
     slope = (y2 - y1) / (x2 - x1)
     return y1 + slope * (image_tokens - x1)
+
+
+@dataclass(frozen=True)
+class TimeShift:
+    """How a sampler picks mu: `fixed` when set (Turbo: 1.15; a trained stage's shift),
+    else linear in the image-token count through (x1, y1) and (x2, y2), the release's line
+    by default (a diffusers scheduler's base/max shift and sequence lengths)."""
+
+    fixed: float | None = None
+    x1: float = MU_X1
+    y1: float = MU_Y1
+    x2: float = MU_X2
+    y2: float = MU_Y2
+
+    def mu(self, image_tokens: int) -> float:
+        """mu for an image of `image_tokens` tokens."""
+        if self.fixed is not None:
+            return self.fixed
+        return resolution_mu(image_tokens, self.x1, self.y1, self.x2, self.y2)
+
+    def __str__(self) -> str:
+        if self.fixed is not None:
+            return f"mu {self.fixed:g}"
+        return f"mu {self.y1:g} at {self.x1:g} to {self.y2:g} at {self.x2:g} image tokens"
 
 
 def image_tokens(height: int, width: int, factor: int = 16) -> int:

@@ -12,7 +12,15 @@ from krea2.dit import flow
 from krea2.dit.autoencoder import Autoencoder
 from krea2.dit.model import Krea2DiT
 from krea2.dit.pixel_ae import to_uint8
-from krea2.dit.sampler import dit_velocity, euler_sample, seeded_noise, with_cfg, with_negative
+from krea2.dit.sampler import (
+    Velocity,
+    dit_velocity,
+    euler_sample,
+    from_x0,
+    seeded_noise,
+    with_cfg,
+    with_negative,
+)
 from krea2.dit.text import TextEncoder
 from krea2.infra.errors import UserError
 
@@ -28,6 +36,9 @@ def parse_size(size: str) -> tuple[int, int]:
     return w, h
 
 
+PREDICTIONS = ("velocity", "x0")  # DiT outputs `generate` can sample from
+
+
 @torch.no_grad()
 def generate(
     model: Krea2DiT,
@@ -39,10 +50,24 @@ def generate(
     steps: int = 28,
     cfg: float = 4.5,
     seed: int = 0,
-    mu: float | None = None,
+    mu: float | flow.TimeShift | None = None,
     negative: str = "",
+    *,
+    prediction: str = "velocity",
+    x0_min_t: float = 0.05,
+    batch_size: int | None = None,
+    progress: bool = False,
 ) -> Tensor:
-    """Images [B, 3, H, W] in [-1, 1]; image i uses seed + i. mu None: from the resolution."""
+    """Images [B, 3, H, W] in [-1, 1] on the CPU; image i uses seed + i.
+
+    `mu`: a fixed time shift, a `flow.TimeShift` rule, or None for the release's resolution
+    line. `prediction`: what the DiT outputs, `velocity` or `x0` (turned into v with the
+    floor `x0_min_t`). `batch_size`: prompts per forward (None: all at once); an image does
+    not depend on its batch. `progress`: report denoising steps x batches through
+    `krea2.infra.progress` (a bar on a terminal, plain lines otherwise); silent by default.
+    """
+    from krea2.infra.progress import progress as progress_bar
+
     factor = ae.spatial_factor * model.cfg.patch
     if width % factor or height % factor:
         raise UserError(
@@ -54,34 +79,77 @@ def generate(
             f"the autoencoder has {ae.latent_channels} latent channels, the DiT expects "
             f"{model.cfg.latent_channels}; pick the matching --ae"
         )
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
+    if prediction not in PREDICTIONS:
+        raise UserError(f"prediction {prediction!r}: choose one of {', '.join(PREDICTIONS)}")
     tokens = (height // factor) * (width // factor)
-    mu = flow.resolution_mu(tokens) if mu is None else mu
-    times = flow.sampling_times(steps, mu)
+    shift = mu if isinstance(mu, flow.TimeShift) else flow.TimeShift(fixed=mu)
+    times = flow.sampling_times(steps, shift.mu(tokens))
+    prompts = list(prompts)
+    size = batch_size or max(1, len(prompts))
+    if size <= 0:
+        raise UserError(f"batch size {batch_size} must be positive")
+    starts = range(0, len(prompts), size)
+    images = []
+    with progress_bar(
+        f"sample {width}x{height}", total=steps * len(starts), unit="step", enabled=progress
+    ) as bar:
+        for start in starts:
+            batch = prompts[start : start + size]
+            seeds = [seed + start + i for i in range(len(batch))]
+            velocity = _velocity(model, encoder, batch, cfg, negative, prediction, x0_min_t)
+            latents = euler_sample(
+                velocity, _noise(model, ae, seeds, width, height), times,
+                on_step=lambda i, x: bar.advance(),
+            )  # fmt: skip
+            images.append(ae.decode(latents).float().cpu())
+    return torch.cat(images)
+
+
+def _noise(model: Krea2DiT, ae: Autoencoder, seeds: list[int], width: int, height: int) -> Tensor:
+    p = next(model.parameters())
     f = ae.spatial_factor
-    shape = (ae.latent_channels, height // f, width // f)
-    noise = seeded_noise([seed + i for i in range(len(prompts))], shape, dtype, device)
-    txt, mask = encoder.encode(list(prompts))
-    txt, mask = txt.to(device, dtype), mask.to(device)
+    return seeded_noise(seeds, (ae.latent_channels, height // f, width // f), p.dtype, p.device)
+
+
+def _velocity(
+    model: Krea2DiT,
+    encoder: TextEncoder,
+    prompts: list[str],
+    cfg: float,
+    negative: str,
+    prediction: str,
+    x0_min_t: float,
+) -> Velocity:
+    """The velocity of `model` conditioned on `prompts` (and on `negative` under CFG)."""
+    p = next(model.parameters())
+    txt, mask = encoder.encode(prompts)
+    txt, mask = txt.to(p.device, p.dtype), mask.to(p.device)
     if cfg != 0:
         neg_txt, neg_mask = encoder.encode([negative])
-        txt, mask = with_negative(txt, mask, neg_txt.to(device, dtype), neg_mask.to(device))
+        txt, mask = with_negative(txt, mask, neg_txt.to(p.device, p.dtype), neg_mask.to(p.device))
     velocity = dit_velocity(model, txt, mask, pack_text=True)  # eager: skip padded text
-    if cfg != 0:
-        velocity = with_cfg(velocity, cfg)
-    latents = euler_sample(velocity, noise, times)
-    return ae.decode(latents)
+    if prediction == "x0":
+        velocity = from_x0(velocity, x0_min_t)
+    return with_cfg(velocity, cfg) if cfg != 0 else velocity
 
 
 def save_pngs(images: Tensor, out: Path, seeds: Sequence[int]) -> list[Path]:
-    """Write [B, 3, H, W] images in [-1, 1] as OUT/NNN-seedS.png; returns the paths."""
+    """Write [B, 3, H, W] images in [-1, 1] as OUT/NNN-seedS.png; returns the paths.
+
+    Each file is written under a temporary name and renamed, so an interrupted run leaves
+    whole images or none (never a truncated PNG).
+    """
     from PIL import Image
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for i, (img, s) in enumerate(zip(to_uint8(images), seeds, strict=True)):
         p = out / f"{i:03d}-seed{s}.png"
-        Image.fromarray(img.numpy()).save(p)
+        tmp = out / f".{p.name}.tmp"
+        try:
+            Image.fromarray(img.numpy()).save(tmp, format="PNG")
+            tmp.replace(p)
+        finally:
+            tmp.unlink(missing_ok=True)
         paths.append(p)
     return paths

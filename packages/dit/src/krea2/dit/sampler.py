@@ -35,6 +35,17 @@ def dit_velocity(
     return velocity
 
 
+def from_x0(predict_x0: Velocity, min_t: float = 0.05) -> Velocity:
+    """The velocity of a model that predicts clean data: x0 = predict_x0(x, t) [B, C, H, W]
+    gives v = (x - x0) / max(t, min_t) (x0 = x - t v; the floor keeps t -> 0 finite)."""
+
+    def velocity(x: Tensor, t: Tensor) -> Tensor:
+        tt = t.to(x.dtype).clamp_min(min_t).view(-1, *[1] * (x.dim() - 1))
+        return (x - predict_x0(x, t)) / tt
+
+    return velocity
+
+
 def with_negative(
     txt: Tensor, mask: Tensor | None, neg_txt: Tensor, neg_mask: Tensor | None
 ) -> tuple[Tensor, Tensor | None]:

@@ -1,6 +1,10 @@
-"""Helpers for tests and benchmarks: random weights and inputs with padded text."""
+"""Helpers for tests, benchmarks and docs: random weights, inputs with padded text, and a
+tiny whole-model folder in the release layout."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -34,3 +38,59 @@ def make_inputs(cfg: DiTConfig, batch=2, text_len=7, grid=(3, 5), seed=1, pad=(0
             mask[i, text_len - k - 2 : text_len - 2] = False  # pads sit before the suffix
     pos = image_positions(text_len, *grid)
     return img, txt, t, pos, mask
+
+
+def write_tiny_model_folder(
+    root: str | Path,
+    layout: str = "diffusers",
+    distilled: bool = False,
+    scheduler: dict | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a random tiny whole-model folder like the release (tests and docs, seconds).
+
+    `layout="diffusers"`: transformer/, text_encoder/ (a 36-layer Qwen3-VL of width 16, so
+    the release's text taps apply), tokenizer/ (the code-built BPE), vae/ (a tiny
+    Qwen-Image VAE, factor 4), scheduler/scheduler_config.json (Krea 2's dynamic shift
+    unless `scheduler` is given) and model_index.json (`distilled` -> is_distilled).
+    `layout="native"`: one released-format DiT .safetensors beside text_encoder/,
+    tokenizer/ and vae/.
+    """
+    from krea2.dit.config import get_config
+    from krea2.dit.model import Krea2DiT
+    from krea2.dit.text import TextEncoder
+    from krea2.dit.vae import QwenImageVAE
+    from krea2.dit.weights import save_weights
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        dit = Krea2DiT(get_config("tiny", text_taps=12, latent_channels=16))
+    randomize(dit, seed=seed, std=0.05)
+    if layout == "diffusers":
+        save_weights(dit, root / "transformer", format="diffusers")
+    elif layout == "native":
+        save_weights(dit, root / "krea2-tiny.safetensors")
+    else:
+        raise ValueError(f"layout {layout!r}: choose diffusers or native")
+    enc = TextEncoder.tiny(text_dim=16, taps=35, max_length=32, seed=seed)
+    enc.model.save_pretrained(root / "text_encoder")
+    enc.tokenizer.save_pretrained(root / "tokenizer")
+    QwenImageVAE.tiny(seed).vae.save_pretrained(root / "vae")
+    if layout == "diffusers":
+        (root / "scheduler").mkdir(exist_ok=True)
+        conf = scheduler or {
+            "_class_name": "FlowMatchEulerDiscreteScheduler",
+            "num_train_timesteps": 1000,
+            "use_dynamic_shifting": True,
+            "time_shift_type": "exponential",
+            "base_shift": 0.5,
+            "max_shift": 1.15,
+            "base_image_seq_len": 256,
+            "max_image_seq_len": 6400,
+        }
+        (root / "scheduler" / "scheduler_config.json").write_text(json.dumps(conf, indent=2))
+        index = {"_class_name": "Krea2Pipeline", "is_distilled": distilled}
+        (root / "model_index.json").write_text(json.dumps(index, indent=2))
+    return root

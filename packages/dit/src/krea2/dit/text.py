@@ -14,6 +14,34 @@ from krea2.dit.prompt_template import PREFIX, SUFFIX
 from krea2.infra.errors import UserError
 
 RELEASE_TAPS = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)  # hidden_states indices (0 = embeds)
+# Any of these marks a folder that holds a tokenizer (fast or slow BPE files).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+
+
+def text_encoder_folder(path: str | Path) -> Path:
+    """The Qwen3-VL model folder of `path`: `path` itself, or its `text_encoder/` (a diffusers
+    pipeline or release folder). UserError when neither has a config.json."""
+    path = Path(path)
+    if (path / "text_encoder" / "config.json").exists():
+        return path / "text_encoder"
+    if not (path / "config.json").exists():
+        raise UserError(f"text encoder folder {path} has no config.json (nor text_encoder/)")
+    return path
+
+
+def tokenizer_folder(model_folder: str | Path) -> Path:
+    """Where the tokenizer of a text-encoder folder lives: the folder itself, else its
+    sibling `tokenizer/` (the diffusers layout keeps it there). UserError when neither has
+    tokenizer files: loading would give transformers' empty one-token tokenizer."""
+    model_folder = Path(model_folder)
+    for folder in (model_folder, model_folder.parent / "tokenizer"):
+        if any((folder / name).exists() for name in TOKENIZER_FILES):
+            return folder
+    raise UserError(
+        f"no tokenizer for the text encoder {model_folder}: neither it nor "
+        f"{model_folder.parent / 'tokenizer'} has {' or '.join(TOKENIZER_FILES)}; copy the "
+        "tokenizer files next to the model (e.g. from Qwen/Qwen3-VL-4B-Instruct)"
+    )
 
 
 class TextEncoder(nn.Module):
@@ -36,6 +64,13 @@ class TextEncoder(nn.Module):
         self.max_length = max_length
         self.prefix_len = len(tokenizer(PREFIX).input_ids)
         self.suffix_len = len(tokenizer(SUFFIX).input_ids)
+        if len(tokenizer) < 2 or self.prefix_len == 0 or self.suffix_len == 0:
+            # e.g. AutoTokenizer on a folder without tokenizer files: every prompt would
+            # become padding and the images would not depend on it.
+            raise UserError(
+                f"the text encoder's tokenizer is empty ({len(tokenizer)} tokens, the prompt "
+                "template encodes to nothing); load the model's own tokenizer files"
+            )
         if max_length <= self.suffix_len:
             raise UserError(f"max_length={max_length} leaves no room for a prompt")
 
@@ -56,14 +91,18 @@ class TextEncoder(nn.Module):
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
     ) -> TextEncoder:
-        """Load Qwen3-VL (e.g. Qwen3-VL-4B-Instruct) and its tokenizer from a local folder."""
+        """Load Qwen3-VL (e.g. Qwen3-VL-4B-Instruct) and its tokenizer from a local folder.
+
+        `path`: the model folder, or a diffusers pipeline/release folder holding
+        `text_encoder/`; the tokenizer is read from the model folder or its sibling
+        `tokenizer/` (see `tokenizer_folder`).
+        """
         from transformers import AutoTokenizer, Qwen3VLModel
 
-        path = Path(path)
-        if not (path / "config.json").exists():
-            raise UserError(f"text encoder folder {path} has no config.json")
+        path = text_encoder_folder(path)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(path))
         model = Qwen3VLModel.from_pretrained(path, dtype=dtype).to(device)
-        return cls(model, AutoTokenizer.from_pretrained(path), taps, max_length)
+        return cls(model, tokenizer, taps, max_length)
 
     @classmethod
     def tiny(

@@ -135,8 +135,9 @@ def check_conditioning(record: Mapping[str, Any], where: str = "conditioning") -
     ``trainer:words``); ``prediction`` (str, default ``"velocity"``): what the DiT output
     stands for (``velocity``, ``x0``, ``split``, ...); ``shift`` (float or None, default
     None): the fixed time shift mu, None for the resolution rule; ``text_tokens`` (int or
-    None): the text length T trained with. Other keys (e.g. ``x0_min_t``) are kept as given.
-    UserError (naming ``where``) on a wrong type.
+    None): the text length T trained with; ``autoencoder`` (str or None): the autoencoder
+    spec trained with. Other keys (e.g. ``x0_min_t``) are kept as given. UserError (naming
+    ``where``) on a wrong type.
     """
     out = dict(record)
     text = out.get("text_encoder")
@@ -152,6 +153,9 @@ def check_conditioning(record: Mapping[str, Any], where: str = "conditioning") -
     tokens = out.setdefault("text_tokens", None)
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
         raise UserError(f"{where}: 'text_tokens' must be a whole number or null, got {tokens!r}")
+    ae = out.setdefault("autoencoder", None)
+    if ae is not None and (not isinstance(ae, str) or not ae):
+        raise UserError(f"{where}: 'autoencoder' must be a non-empty string or null, got {ae!r}")
     return out
 
 

@@ -1,0 +1,164 @@
+"""A whole model folder: where its DiT, text encoder, VAE and time-shift settings live.
+
+Two layouts are read. The diffusers pipeline layout: `transformer/`, `text_encoder/`,
+`tokenizer/`, `vae/`, `scheduler/scheduler_config.json` and `model_index.json` (whose
+`is_distilled` selects Turbo's fixed mu). The native release layout: one DiT
+`.safetensors` in released key names at the top, optionally beside `text_encoder/`
+(with its tokenizer or a sibling `tokenizer/`) and `vae/`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from krea2.dit.flow import MU_X1, MU_X2, MU_Y1, MU_Y2, TURBO_MU, TimeShift
+from krea2.dit.weights import CheckpointError, json_file
+
+# vae/config.json `_class_name` -> the autoencoder's registry name (krea2.dit.components)
+VAE_KINDS = {"AutoencoderKLQwenImage": "qwen-image", "AutoencoderKLFlux2": "flux2"}
+# Scheduler settings whose sigma grid our Euler sampler does not make; refused when set.
+UNSUPPORTED_SCHEDULER = (
+    "use_karras_sigmas",
+    "use_exponential_sigmas",
+    "use_beta_sigmas",
+    "invert_sigmas",
+    "shift_terminal",
+    "stochastic_sampling",
+)
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """The parts of a model folder (None: the folder has no such part)."""
+
+    root: Path
+    transformer: Path  # a diffusers transformer folder or a released-format .safetensors
+    text_encoder: str | None  # a text-encoder spec, `qwen3-vl:PATH`
+    autoencoder: str | None  # an autoencoder spec, e.g. `qwen-image:PATH`
+    time_shift: TimeShift | None  # from the scheduler config; None: not recorded
+
+
+def read_model_folder(path: str | Path) -> ModelFolder:
+    """The parts of a diffusers pipeline folder or a native release folder (see the module
+    docstring); CheckpointError naming the folder and what is missing or malformed."""
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(f"--model {root} is not a folder; pass a file with --weights")
+    if (root / "transformer" / "config.json").exists():
+        transformer = root / "transformer"
+    else:
+        files = sorted(root.glob("*.safetensors"))
+        if len(files) != 1:
+            found = ", ".join(p.name for p in files) or "none"
+            raise CheckpointError(
+                f"{root} is not a model folder: it needs transformer/config.json (diffusers "
+                f"layout) or one DiT .safetensors at the top (found: {found}); name the DiT "
+                "with --weights FILE"
+            )
+        transformer = files[0]
+    text = root / "text_encoder"
+    return ModelFolder(
+        root=root,
+        transformer=transformer,
+        text_encoder=f"qwen3-vl:{text}" if (text / "config.json").exists() else None,
+        autoencoder=_autoencoder_spec(root / "vae"),
+        time_shift=read_time_shift(root),
+    )
+
+
+def _autoencoder_spec(vae: Path) -> str | None:
+    if not (vae / "config.json").exists():
+        return None
+    name = json_file(vae / "config.json").get("_class_name")
+    if name not in VAE_KINDS:
+        known = ", ".join(VAE_KINDS)
+        raise CheckpointError(f"{vae / 'config.json'}: VAE class {name!r} is not one of {known}")
+    return f"{VAE_KINDS[name]}:{vae}"
+
+
+def read_time_shift(root: str | Path) -> TimeShift | None:
+    """The mu rule of a diffusers pipeline folder's `scheduler/scheduler_config.json` (and
+    `model_index.json`'s `is_distilled`), as `Krea2Pipeline` applies it; None without one.
+
+    Dynamic shifting: mu linear in image tokens from (`base_image_seq_len`, `base_shift`)
+    to (`max_image_seq_len`, `max_shift`), or fixed at 1.15 when distilled. Otherwise the
+    fixed `shift` s, which is the exponential shift with mu = ln s.
+    """
+    conf_path = Path(root) / "scheduler" / "scheduler_config.json"
+    if not conf_path.exists():
+        return None
+    conf = _object(conf_path)
+    index = Path(root) / "model_index.json"
+    distilled = bool(_object(index).get("is_distilled", False)) if index.exists() else False
+    bad = [k for k in UNSUPPORTED_SCHEDULER if conf.get(k)]
+    if bad or conf.get("time_shift_type", "exponential") != "exponential":
+        what = ", ".join(bad) or f"time_shift_type={conf['time_shift_type']!r}"
+        raise CheckpointError(
+            f"{conf_path}: {what} is not supported (krea2 samples the exponential shift on "
+            "a uniform grid); remove it from the scheduler config or pass --mu"
+        )
+    try:
+        if not conf.get("use_dynamic_shifting", False):
+            shift = float(conf.get("shift", 1.0))
+            if shift <= 0:
+                raise ValueError(f"shift {shift} is not positive")
+            return TimeShift(fixed=math.log(shift))
+        if distilled:
+            return TimeShift(fixed=TURBO_MU)
+        line = {k: float(conf.get(k, d)) for k, d in _LINE_DEFAULTS.items()}
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{conf_path}: a shift setting is not a number ({e})") from e
+    if line["base_image_seq_len"] == line["max_image_seq_len"]:
+        raise CheckpointError(f"{conf_path}: base_image_seq_len equals max_image_seq_len")
+    return TimeShift(
+        x1=line["base_image_seq_len"],
+        y1=line["base_shift"],
+        x2=line["max_image_seq_len"],
+        y2=line["max_shift"],
+    )
+
+
+# Krea2Pipeline's defaults for settings a scheduler config leaves out.
+_LINE_DEFAULTS = {
+    "base_image_seq_len": MU_X1,
+    "base_shift": MU_Y1,
+    "max_image_seq_len": MU_X2,
+    "max_shift": MU_Y2,
+}
+
+
+def _object(path: Path) -> dict[str, Any]:
+    d = json_file(path)
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{path} is not a JSON object")
+    return d
+
+
+_STEP_DIR = re.compile(r"^step-\d+$")
+
+
+def is_training_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is a distributed (DCP) training checkpoint folder, e.g. a run's
+    `checkpoints/STAGE/step-N`, rather than DiT weights."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    has_dcp = (path / ".metadata").exists() or any(path.glob("*.distcp"))
+    return has_dcp or bool(_STEP_DIR.match(path.name))
+
+
+def training_checkpoint_error(path: str | Path) -> CheckpointError:
+    """The refusal for a DCP folder passed as weights, with the commands that do sample it."""
+    path = Path(path)
+    run, stage = "RUN_DIR", "STAGE"
+    if path.parent.parent.name == "checkpoints":
+        run, stage = str(path.parent.parent.parent), path.parent.name
+    return CheckpointError(
+        f"{path} is a training checkpoint (DCP), not DiT weights; sample it with "
+        f"`krea2 train sample {run} --stage {stage} --prompt ...`, or export weights with "
+        f"`krea2 train pma {run} --stage {stage} --out model.safetensors`"
+    )

@@ -1,0 +1,137 @@
+"""What `krea2 dit sample` samples with: weights, text encoder, autoencoder, text length,
+prediction and time shift, from its flags, a model folder and the weights' own record.
+
+Each setting comes from the first of: the flag; the weights' conditioning record
+(`krea2.dit.weights.read_conditioning`, written by the trainer); the model folder
+(`--model`); the default. Weights whose recorded text conditioning this sampler cannot
+rebuild, or that a flag would replace by a different one, are refused: their images would
+not follow the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from krea2.dit.components import ComponentSpec, parse_autoencoder, parse_text_encoder
+from krea2.dit.flow import TURBO_MU, TimeShift
+from krea2.dit.generation import PREDICTIONS
+from krea2.dit.release import (
+    is_training_checkpoint,
+    read_model_folder,
+    training_checkpoint_error,
+)
+from krea2.dit.weights import CheckpointError, read_conditioning
+from krea2.infra.errors import UserError
+
+DEFAULT_TEXT_ENCODER = "tiny"
+DEFAULT_AUTOENCODER = "pixel"
+DEFAULT_TEXT_TOKENS = 512  # the release's fixed text length T
+X0_MIN_T = 0.05  # the trainer's default floor of t for x0 predictions
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Everything `generate` needs besides prompts and sizes."""
+
+    weights: Path  # a .safetensors file or diffusers transformer folder
+    text_encoder: ComponentSpec
+    autoencoder: ComponentSpec
+    text_tokens: int
+    prediction: str  # one of generation.PREDICTIONS
+    x0_min_t: float
+    time_shift: TimeShift
+
+    def describe(self) -> str:
+        """One line naming what is used, for the person running the sampler."""
+        return (
+            f"weights {self.weights}, text encoder {self.text_encoder} ({self.text_tokens} "
+            f"tokens), autoencoder {self.autoencoder}, {self.prediction} prediction, "
+            f"{self.time_shift}"
+        )
+
+
+def plan_sample(
+    *,
+    model: Path | None = None,
+    weights: Path | None = None,
+    text_encoder: str | None = None,
+    autoencoder: str | None = None,
+    text_tokens: int | None = None,
+    prediction: str | None = None,
+    mu: float | None = None,
+    turbo: bool = False,
+) -> SamplePlan:
+    """Resolve the settings (see the module docstring). `model`: a model folder
+    (`release.read_model_folder`); `weights`: DiT weights, replacing the folder's DiT when
+    both are given. UserError when neither is given, for a training checkpoint, and for
+    text conditioning that cannot be reproduced."""
+    if model is None and weights is None:
+        raise UserError("pass --model FOLDER (a whole model) or --weights FILE (a DiT)")
+    folder = read_model_folder(model) if model is not None else None
+    path = Path(weights) if weights is not None else folder.transformer
+    if is_training_checkpoint(path):
+        raise training_checkpoint_error(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    record = read_conditioning(path) or {}
+    text = _text_encoder(path, record, text_encoder, folder.text_encoder if folder else None)
+    ae = autoencoder or record.get("autoencoder")
+    ae = ae or (folder.autoencoder if folder else None) or DEFAULT_AUTOENCODER
+    pred = prediction or record.get("prediction") or "velocity"
+    if pred not in PREDICTIONS:
+        raise UserError(
+            f"{path} predicts {pred!r}, which krea2 dit sample cannot turn into a velocity "
+            f"(it samples {', '.join(PREDICTIONS)}); sample the run with "
+            "`krea2 train sample RUN_DIR --prompt ...`"
+        )
+    return SamplePlan(
+        weights=path,
+        text_encoder=text,
+        autoencoder=parse_autoencoder(ae),
+        text_tokens=text_tokens or record.get("text_tokens") or DEFAULT_TEXT_TOKENS,
+        prediction=pred,
+        x0_min_t=float(record.get("x0_min_t", X0_MIN_T)),
+        time_shift=_time_shift(mu, turbo, record, folder.time_shift if folder else None),
+    )
+
+
+def _text_encoder(
+    path: Path, record: dict[str, Any], flag: str | None, from_folder: str | None
+) -> ComponentSpec:
+    """The text encoder to use; refuses one that differs from the recorded conditioning."""
+    recorded = record.get("text_encoder")
+    if recorded is None:
+        return parse_text_encoder(flag or from_folder or DEFAULT_TEXT_ENCODER)
+    try:
+        rebuilt = parse_text_encoder(recorded)
+    except UserError:
+        rebuilt = None  # e.g. "trainer:words": conditioning only its trainer rebuilds
+    chosen = parse_text_encoder(flag) if flag is not None else rebuilt
+    if rebuilt is not None and chosen is not None and _same_encoder(chosen, rebuilt):
+        return chosen
+    use = f"; or pass --text-encoder {recorded}" if rebuilt is not None else ""
+    given = f"--text-encoder {flag}" if flag is not None else "krea2 dit sample"
+    raise UserError(
+        f"{path} was trained with the text conditioning {recorded!r}, which {given} cannot "
+        "reproduce (the images would not follow the prompt); sample the run with "
+        f"`krea2 train sample RUN_DIR --prompt ...`{use}"
+    )
+
+
+def _same_encoder(a: ComponentSpec, b: ComponentSpec) -> bool:
+    """Same kind and seed; a path-based encoder may live at another path (a copied model)."""
+    return a.kind == b.kind and (a.number or 0) == (b.number or 0)
+
+
+def _time_shift(
+    mu: float | None, turbo: bool, record: dict[str, Any], from_folder: TimeShift | None
+) -> TimeShift:
+    if mu is not None:
+        return TimeShift(fixed=mu)
+    if turbo:
+        return TimeShift(fixed=TURBO_MU)
+    if record.get("shift") is not None:
+        return TimeShift(fixed=record["shift"])
+    return from_folder or TimeShift()
