@@ -117,7 +117,8 @@ def test_actor_classes_are_set_up_once_per_slot(cluster1):
     assert results(cluster1)[9] == 81
 
 
-def test_sigterm_finishes_or_releases_claims(cluster, tmp_path):
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_finishes_or_releases_claims_and_exits_interrupted(cluster, tmp_path, sig, status):
     wh = Warehouse.open(cluster, tables=[NUMS])
     seed(wh, 400)
     path = cluster.save(tmp_path / "cluster.json")
@@ -126,9 +127,9 @@ def test_sigterm_finishes_or_releases_claims(cluster, tmp_path):
     )
     wait_for_progress(cluster, [proc])
     time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0, out
+    assert proc.returncode == status, out  # 128 + the signal: stopped with work left
     assert "completed" in out
     q = wh.queue("nums", "square")
     assert sum(q.stats(s)["leased"] for s in range(2)) == 0  # nothing stranded

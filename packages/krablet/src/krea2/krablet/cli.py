@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from datetime import UTC
 from pathlib import Path
 
 import typer
@@ -28,15 +30,19 @@ def _warehouse(cluster: str | None):
 
 @app.command()
 def up(
-    shards: int = typer.Option(2, help="Number of embedded shards."),
+    shards: int = typer.Option(
+        None, help="Number of embedded shards (default: the existing cluster's, else 2)."
+    ),
     data: Path = typer.Option(..., help="Directory for the shards' data (one sub-directory each)."),
     cluster_file: Path = typer.Option(
         None, "--cluster-file", help="Where to write the cluster file (default: DATA/cluster.json)."
     ),
+    shard: int = typer.Option(None, "--shard", help="Start only this shard (0-based)."),
 ) -> None:
     """Start N embedded PostgreSQL 16 shards (pgserver) and write a cluster file.
 
     Running it again reuses the data and restarts stopped shards; the secret is kept.
+    `--shard N` restarts one shard of an existing cluster (after `down --shard N`).
 
     Example: krea2 krablet up --shards 2 --data /tmp/kb
     (then: export KRABLET_CLUSTER=/tmp/kb/cluster.json)
@@ -46,70 +52,155 @@ def up(
 
     path = cluster_file or data / "cluster.json"
     old = load_cluster(path) if path.exists() else None
-    if old is not None and old.embedded and old.embedded.get("shards") != shards:
+    known = old.embedded.get("shards") if old is not None and old.embedded else None
+    if shards is not None and known is not None and known != shards:
         raise UserError(
-            f"{path} describes {old.embedded.get('shards')} shards, not {shards}: rows are placed "
+            f"{path} describes {known} shards, not {shards}: rows are placed "
             "by shard count, so it cannot change; use another --data directory"
         )
-    dsns = start(shards, data)
+    if shard is not None and old is None:
+        raise UserError(f"--shard needs an existing cluster: {path} does not exist yet")
+    n = shards or known or (len(old.shards) if old is not None else 2)
+    started = start(n, data, shard=shard)
+    dsns = [started.get(i) or old.shards[i] for i in range(n)] if old else list(started.values())
     cluster = Cluster(
         dsns,
         secret=old.secret if old else Cluster(dsns).secret,
-        embedded={"data": str(data.resolve()), "shards": shards},
+        embedded={"data": str(data.resolve()), "shards": n},
+        connect_timeout_s=old.connect_timeout_s if old else Cluster(dsns).connect_timeout_s,
     )
     cluster.save(path)
-    typer.echo(f"{shards} shard(s) running under {data}; cluster file: {path}")
+    which = f"shard {shard}" if shard is not None else f"{n} shard(s)"
+    typer.echo(f"{which} running under {data}; cluster file: {path}")
     typer.echo(f"next: export KRABLET_CLUSTER={path}; krea2 krablet status")
 
 
 @app.command()
-def down(data: Path = typer.Option(..., help="The --data directory given to `up`.")) -> None:
-    """Stop the embedded shards under DATA (the data is kept).
+def down(
+    data: Path = typer.Option(..., help="The --data directory given to `up`."),
+    shard: int = typer.Option(None, "--shard", help="Stop only this shard (0-based)."),
+) -> None:
+    """Stop the embedded shards under DATA, or one of them (the data is kept).
 
     Example: krea2 krablet down --data /tmp/kb
     """
     from krea2.krablet.embedded import down as stop
 
-    typer.echo(f"stopped {stop(data)} shard(s)")
+    stopped = stop(data, shard=shard)
+    if shard is None:
+        typer.echo(f"stopped {stopped} shard(s)")
+    else:
+        typer.echo(f"stopped shard {shard}" if stopped else f"shard {shard} was not running")
+
+
+def _age(ts) -> str:
+    from datetime import datetime
+
+    if ts is None:
+        return "?"
+    seconds = (ts - datetime.now(UTC)).total_seconds()
+    return f"in {seconds:.0f}s" if seconds > 0 else "now"
 
 
 @app.command()
 def status(
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    errors: int = typer.Option(5, help="Failed rows to show per job and shard."),
 ) -> None:
-    """Shards, tables, row counts and queue backlogs.
+    """Shards, tables, row counts, queue backlogs, and each job's failing rows (attempts, last
+    error). Exits 3 when a shard is unreachable.
 
     Example: krea2 krablet status --cluster /tmp/kb/cluster.json
     """
-    from krea2.krablet.cluster import redact
+    from krea2.krablet.cluster import default_cluster_source, load_cluster
+    from krea2.krablet.connections import ShardsUnreachable
+    from krea2.krablet.warehouse import Warehouse
 
-    wh = _warehouse(cluster)
-    st = wh.status()
+    wh = Warehouse(load_cluster(default_cluster_source(cluster)))
+    with contextlib.suppress(ShardsUnreachable):  # shown shard by shard below
+        wh.reload()
+    st = wh.status(errors=errors)
+    wh.close()
     if as_json:
         typer.echo(json.dumps(st, indent=2, default=str))
-        return
+    else:
+        _print_status(wh, st)
+    if st["unreachable"]:
+        raise typer.Exit(3)
+
+
+def _print_status(wh, st: dict) -> None:
     for i, entry in enumerate(st["shards"]):
-        dsn = redact(wh.cluster.shards[i])
+        name = wh.cluster.describe(i)
         if not entry["ok"]:
-            typer.echo(f"shard {i}  DOWN  {dsn}: {entry['error']}")
+            typer.echo(f"{name}  DOWN: {entry['error']}")
             continue
-        typer.echo(f"shard {i}  up  {dsn}")
-        for name, t in entry["tables"].items():
-            typer.echo(f"  {name}: {t['rows']} rows")
+        typer.echo(f"{name}  up")
+        for table, t in entry["tables"].items():
+            typer.echo(f"  {table}: {t['rows']} rows")
             for job, q in t["jobs"].items():
                 typer.echo(
                     f"    job {job}: ready {q['ready']}, leased {q['leased']}, backing off "
                     f"{q['backing_off']}, oldest ready {q['oldest_ready_s']:.1f}s"
                 )
+                for e in q["errors"]:
+                    typer.echo(
+                        f"      {e['key']}: {e['attempts']} attempt(s), next try "
+                        f"{_age(e['next_try_at'])}: {e['last_error']}"
+                    )
     if not wh.tables:
-        typer.echo("no tables declared yet")
-    typer.echo(
-        "schema: identical on all shards"
-        if st["schema_consistent"]
-        else "schema: DIFFERS between shards (run the migration again)"
-    )
+        typer.echo("no tables declared yet" if not st["unreachable"] else "tables: unknown")
+    down = ", ".join(str(i) for i in st["unreachable"])
+    if st["schema_consistent"] is None:
+        typer.echo("schema: not checked (no shard reachable)")
+    elif not st["schema_consistent"]:
+        typer.echo("schema: DIFFERS between shards (run the migration again)")
+    elif down:
+        typer.echo(f"schema: identical on the reachable shards; not checked on shard(s) {down}")
+    else:
+        typer.echo("schema: identical on all shards")
+
+
+@app.command()
+def retry(
+    job: str = typer.Argument(..., help="TABLE.JOB, e.g. images.ocr."),
+    where: str = typer.Option(
+        None, help="SQL condition on the table's columns choosing the rows, e.g. \"key = 'k7'\"."
+    ),
+    all_rows: bool = typer.Option(False, "--all", help="Every unleased row of the job."),
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+) -> None:
+    """Reset a job's backoff for chosen rows: ready now, attempts back to 0.
+
+    Example: krea2 krablet retry images.ocr --where "key = 'k007'"
+    """
+    from krea2.krablet.connections import ShardsUnreachable
+
+    if not where and not all_rows:
+        raise UserError('choose the rows: --where "SQL condition" (or --all for every row)')
+    wh = _warehouse(cluster)
+    table, _, name = _job_name(job)
+    q = wh.queue(table, name)
+    total, down = 0, []
+    for i in range(len(wh.cluster)):
+        try:
+            n = len(q.retry(i, where))
+        except ShardsUnreachable as exc:
+            down.append(str(exc))
+            continue
+        total += n
+        typer.echo(f"{wh.cluster.describe(i)}: {n} row(s) ready again")
     wh.close()
+    typer.echo(f"{total} row(s) of {job} ready again, attempts reset")
+    if down:
+        raise ShardsUnreachable("; ".join(down))
+
+
+def _job_name(job: str | None) -> tuple[str, str, str]:
+    if not job or "." not in job:
+        raise UserError("--job must be TABLE.JOB, e.g. --job images.ocr (or pass --pluck)")
+    return job.partition(".")
 
 
 @app.command()
@@ -121,12 +212,22 @@ def worker(
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
     batch_size: int = typer.Option(32, help="Rows per claim."),
     concurrency: int = typer.Option(1, help="Batches processed at once (threads)."),
-    lease_s: float = typer.Option(None, help="Lease length in seconds (default: the job's)."),
+    lease_s: float = typer.Option(
+        None,
+        help="Lease length in seconds (default: the job's). A killed worker's rows are retried "
+        "once it expires, behind the rows already ready.",
+    ),
     until_empty: bool = typer.Option(False, help="Exit once no shard has ready or leased rows."),
+    give_up_s: float = typer.Option(
+        30.0, help="With --until-empty: how long an unreachable shard is waited for."
+    ),
     pluck: bool = typer.Option(False, "--pluck", help="Run signed pluck jobs instead of --job."),
     metrics_port: int = typer.Option(None, help="Serve /metrics on this port (loopback)."),
 ) -> None:
     """Run a job's handler over the cluster; SIGTERM finishes or releases claims and exits.
+
+    Exit status: 0 when the job's work is finished; 130 (SIGINT) or 143 (SIGTERM) when a
+    signal stopped it with work left; 3 when shards were unreachable (named on stderr).
 
     Example: krea2 krablet worker --job images.ocr --handler mypkg.ocr:run --batch-size 64
     """
@@ -140,35 +241,51 @@ def worker(
     if pluck:
         from krea2.krablet.pluck_worker import PluckWorker
 
-        pw = PluckWorker(wh, concurrency=concurrency, lease_s=lease_s)
-        stats = pw.run(until_empty=until_empty, install_signals=True)
+        w = PluckWorker(wh, concurrency=concurrency, lease_s=lease_s)
+        w.give_up_s = give_up_s
+        stats = w.run(until_empty=until_empty, install_signals=True)
         typer.echo(
-            f"pluck worker {pw.owner} done: {stats.completed} ranges completed, {stats.failed} "
-            f"failed ({pw.runner.refused} refused), {stats.released} released"
+            f"pluck worker {w.owner} done: {stats.completed} ranges completed, {stats.failed} "
+            f"failed ({w.runner.refused} refused), {stats.released} released"
         )
-        wh.close()
-        return
-    if not job or "." not in job:
-        raise UserError("--job must be TABLE.JOB, e.g. --job images.ocr (or pass --pluck)")
-    table, _, name = job.partition(".")
-    spec = handler or wh.table(table).job(name).handler
-    if not spec:
-        raise UserError(f"job {job} declares no handler; pass --handler module:function")
-    w = Worker(
-        wh,
-        table,
-        name,
-        resolve_handler(spec),
-        batch_size=batch_size,
-        concurrency=concurrency,
-        lease_s=lease_s,
-    )
-    stats = w.run(until_empty=until_empty, install_signals=True)
-    typer.echo(
-        f"worker {w.owner} done: {stats.completed} completed, {stats.failed} failed, "
-        f"{stats.released} released, {stats.lost} lost leases"
-    )
+    else:
+        table, _, name = _job_name(job)
+        spec = handler or wh.table(table).job(name).handler
+        if not spec:
+            raise UserError(f"job {job} declares no handler; pass --handler module:function")
+        w = Worker(
+            wh,
+            table,
+            name,
+            resolve_handler(spec),
+            batch_size=batch_size,
+            concurrency=concurrency,
+            lease_s=lease_s,
+            give_up_s=give_up_s,
+        )
+        stats = w.run(until_empty=until_empty, install_signals=True)
+        typer.echo(
+            f"worker {w.owner} done: {stats.completed} completed, {stats.failed} failed, "
+            f"{stats.released} released, {stats.lost} lost leases"
+        )
     wh.close()
+    _exit_status(stats)
+
+
+def _exit_status(stats) -> None:
+    """Interrupted with work left: 128 + the signal; unreachable shards: 3; else 0."""
+    import signal
+
+    from krea2.krablet.connections import ShardsUnreachable
+
+    if stats.interrupted:
+        raise typer.Exit(128 + int(stats.stopped_by or signal.SIGINT))
+    if stats.unreachable_shards:
+        raise ShardsUnreachable(
+            f"{', '.join(stats.unreachable)} unreachable: its rows were not worked on; the "
+            "reachable shards' work is done. Run the worker again once it is back "
+            "(krea2 krablet status shows it)"
+        )
 
 
 def _serve(app, host: str, port: int) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import re
 import secrets
 import threading
 from collections.abc import Iterable, Sequence
@@ -15,17 +15,45 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict
 
 from krea2.infra.errors import UserError
+from krea2.krablet.connections import ShardPool, ShardUnavailable, redact, shard_host
 
 CLUSTER_FILE_VERSION = 1
+DEFAULT_CONNECT_TIMEOUT_S = 3.0
 
 
-def redact(dsn: str) -> str:
-    """A DSN with any password removed, safe for logs and error messages."""
-    dsn = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn, flags=re.IGNORECASE)
+def default_connect_timeout() -> float:
+    """``$KRABLET_CONNECT_TIMEOUT`` (seconds) or 3 s."""
+    raw = os.environ.get("KRABLET_CONNECT_TIMEOUT")
+    return DEFAULT_CONNECT_TIMEOUT_S if raw is None else _timeout(raw, "KRABLET_CONNECT_TIMEOUT")
+
+
+def _timeout(value: Any, where: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not 0 < seconds <= 3600 or isinstance(value, bool):
+        raise UserError(f"{where} must be a number of seconds in (0, 3600], got {value!r}")
+    return seconds
+
+
+def check_dsn(dsn: Any, shard: int, where: str = "cluster") -> str:
+    """``dsn`` if it is a libpq connection string or URI; else a UserError naming the shard."""
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise UserError(
+            f"{where}: shard {shard} is {dsn!r}, not a PostgreSQL DSN "
+            "(e.g. 'postgresql://user@host:5432/db' or 'host=h dbname=db')"
+        )
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise UserError(
+            f"{where}: shard {shard} ({redact(dsn)}) is not a valid PostgreSQL DSN: {exc}"
+        ) from None
+    return dsn
 
 
 def key_hash(key: Any) -> int:
@@ -44,19 +72,25 @@ class Cluster:
 
     ``shards`` are libpq DSNs in a fixed order (the order defines placement, never reorder it);
     ``secret`` signs pluck jobs; ``embedded`` is set when the shards were started by
-    ``krea2 krablet up`` and records their data directories.
+    ``krea2 krablet up`` and records their data directories; ``connect_timeout_s`` bounds
+    every connect (default ``$KRABLET_CONNECT_TIMEOUT`` or 3 s).
     """
 
     shards: list[str]
     secret: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
     embedded: dict[str, Any] | None = None
     path: Path | None = None
-    _pools: dict[int, ConnectionPool] = field(default_factory=dict, init=False, repr=False)
+    connect_timeout_s: float = field(default_factory=default_connect_timeout)
+    _pools: dict[int, ShardPool] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.shards:
             raise UserError("a cluster needs at least one shard DSN")
+        where = f"cluster file {self.path}" if self.path else "cluster"
+        for i, dsn in enumerate(self.shards):
+            check_dsn(dsn, i, where)
+        self.connect_timeout_s = _timeout(self.connect_timeout_s, f"{where}: connect_timeout_s")
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -74,42 +108,46 @@ class Cluster:
             out.setdefault(self.shard_of(key), []).append(key)
         return out
 
+    def describe(self, shard: int) -> str:
+        """``shard N (host:port)``: how messages name a shard (never with its password)."""
+        return f"shard {shard} ({shard_host(self.shards[shard])})"
+
     def connect(self, shard: int, **kwargs: Any) -> psycopg.Connection:
         """A new autocommit connection to one shard; the caller closes it."""
         kwargs.setdefault("autocommit", True)
+        kwargs.setdefault("connect_timeout", max(2, math.ceil(self.connect_timeout_s)))
         try:
             return psycopg.connect(self.shards[shard], **kwargs)
         except psycopg.OperationalError as exc:
-            raise ShardUnavailable(shard, self.shards[shard], exc) from None
+            raise ShardUnavailable(shard, self.shards[shard], str(exc)) from None
 
     def connection(self, shard: int) -> AbstractContextManager[psycopg.Connection]:
         """A pooled autocommit connection to one shard, returned to the pool on exit.
 
         Every query krablet sends to a shard gets its connection here (the funnel's writers and
-        migrations hold their own, from :meth:`connect`).
+        migrations hold their own, from :meth:`connect`). While the shard is known to be down
+        this raises :class:`ShardUnavailable` at once (see :mod:`krea2.krablet.connections`).
         """
         return self.pool(shard).connection()
 
-    def pool(self, shard: int, max_size: int = 8) -> ConnectionPool:
-        """A shared, lazily opened connection pool for one shard (autocommit connections).
-
-        Connections are checked before they are handed out, so a pool survives a Postgres restart.
-        """
+    def pool(self, shard: int, max_size: int = 8) -> ShardPool:
+        """The shared pool (and circuit breaker) of one shard, created on first use."""
         with self._lock:
             pool = self._pools.get(shard)
             if pool is None:
-                pool = ConnectionPool(
-                    self.shards[shard],
-                    min_size=0,
-                    max_size=max_size,
-                    open=True,
-                    kwargs={"autocommit": True},
-                    check=ConnectionPool.check_connection,
-                    name=f"krablet-shard-{shard}",
-                    timeout=30,
+                pool = ShardPool(
+                    shard, self.shards[shard], self.connect_timeout_s, max_size=max_size
                 )
                 self._pools[shard] = pool
             return pool
+
+    def is_up(self, shard: int) -> bool:
+        """False while the shard's last connection attempt (or connection) failed."""
+        return self.pool(shard).up
+
+    def down_for(self, shard: int) -> float:
+        """Seconds the shard has been unreachable without interruption (0.0 while up)."""
+        return self.pool(shard).down_for()
 
     def close(self) -> None:
         with self._lock:
@@ -123,6 +161,8 @@ class Cluster:
             "shards": self.shards,
             "secret": self.secret,
         }
+        if self.connect_timeout_s != DEFAULT_CONNECT_TIMEOUT_S:
+            out["connect_timeout_s"] = self.connect_timeout_s
         if self.embedded:
             out["embedded"] = self.embedded
         return out
@@ -138,16 +178,6 @@ class Cluster:
         os.replace(tmp, path)
         self.path = path
         return path
-
-
-class ShardUnavailable(UserError):
-    """A shard refused the connection; the message names the shard, never its password."""
-
-    def __init__(self, shard: int, dsn: str, exc: Exception) -> None:
-        reason = str(exc).replace(dsn, redact(dsn)).strip().splitlines()
-        super().__init__(
-            f"shard {shard} ({redact(dsn)}) is unavailable: {reason[0] if reason else exc}"
-        )
 
 
 def load_cluster(source: str | Path | Sequence[str] | Cluster) -> Cluster:
@@ -180,11 +210,19 @@ def load_cluster(source: str | Path | Sequence[str] | Cluster) -> Cluster:
         raise UserError(f"cluster file {path} is not valid JSON: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("shards"), list):
         raise UserError(f"cluster file {path} has no 'shards' list")
+    if not isinstance(raw.get("secret", ""), str):
+        raise UserError(f"cluster file {path}: 'secret' must be a string")
+    if raw.get("embedded") is not None and not isinstance(raw["embedded"], dict):
+        raise UserError(f"cluster file {path}: 'embedded' must be an object")
+    timeout = raw.get("connect_timeout_s")
+    if "KRABLET_CONNECT_TIMEOUT" in os.environ or timeout is None:
+        timeout = default_connect_timeout()  # the environment overrides the file
     return Cluster(
-        [str(d) for d in raw["shards"]],
-        secret=str(raw.get("secret") or ""),
+        raw["shards"],
+        secret=raw.get("secret") or "",
         embedded=raw.get("embedded"),
         path=path,
+        connect_timeout_s=timeout,
     )
 
 

@@ -61,15 +61,30 @@ def stop_shard(pgdata: str | Path, mode: str = "fast") -> bool:
     return True
 
 
-def up(n_shards: int, data_dir: str | Path) -> list[str]:
-    """Start ``n_shards`` shards under ``data_dir`` (``shard-000`` …); return their DSNs."""
+def shard_dir(data_dir: str | Path, shard: int) -> Path:
+    """The data directory of embedded shard ``shard`` under ``data_dir`` (``shard-000`` …)."""
+    return Path(data_dir).expanduser().resolve() / f"shard-{shard:03d}"
+
+
+def _check_shard(shard: int | None, n_shards: int) -> None:
+    if shard is not None and not 0 <= shard < n_shards:
+        raise UserError(f"--shard {shard} is not a shard of this cluster (0 … {n_shards - 1})")
+
+
+def up(n_shards: int, data_dir: str | Path, shard: int | None = None) -> dict[int, str]:
+    """Start the shards under ``data_dir`` (or only ``shard``); return their DSNs by index."""
     if n_shards < 1:
         raise UserError(f"--shards must be at least 1, got {n_shards}")
-    data_dir = Path(data_dir).expanduser().resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return [start_shard(data_dir / f"shard-{i:03d}") for i in range(n_shards)]
+    _check_shard(shard, n_shards)
+    Path(data_dir).expanduser().resolve().mkdir(parents=True, exist_ok=True)
+    todo = range(n_shards) if shard is None else [shard]
+    return {i: start_shard(shard_dir(data_dir, i)) for i in todo}
 
 
-def down(data_dir: str | Path) -> int:
-    """Stop every embedded shard under ``data_dir``; return how many were running."""
+def down(data_dir: str | Path, shard: int | None = None) -> int:
+    """Stop every embedded shard under ``data_dir`` (or only ``shard``); return how many were
+    running."""
+    if shard is not None:
+        _check_shard(shard, len(list(Path(data_dir).glob("shard-*"))))
+        return int(stop_shard(shard_dir(data_dir, shard)))
     return sum(stop_shard(p) for p in sorted(Path(data_dir).glob("shard-*")))

@@ -111,18 +111,10 @@ class Queue:
             by_key = dict(zip(claim.keys, results, strict=True))
         if not by_key:
             return []
-        done = self.job.done_column
         for key, values in by_key.items():
-            unknown = set(values) - set(self.job.results)
-            if unknown:
-                raise UserError(
-                    f"job {self.job.name!r} result for {key!r} has columns {sorted(unknown)} "
-                    f"that are not its results {self.job.results}"
-                )
-            if values.get(done) is None:
-                raise UserError(
-                    f"job {self.job.name!r} result for {key!r} leaves the done column {done!r} NULL"
-                )
+            problem = self.result_problem(key, values)
+            if problem is not None:
+                raise UserError(problem[1])
         keys = sorted(by_key)
         rows = [(k, *(by_key[k].get(c) for c in self.job.results)) for k in keys]
         params: dict[str, Any] = column_params(self._result_columns, rows)
@@ -130,6 +122,19 @@ class Queue:
         with self._conn(claim.shard) as conn:
             written = [r[0] for r in conn.execute(self.statements["complete"], params).fetchall()]
         return written
+
+    def result_problem(self, key: Any, values: Mapping[str, Any]) -> tuple[str, str] | None:
+        """Why ``values`` cannot be written as the job's result for ``key``, as (kind, message),
+        or None: columns that are not the job's results, or a NULL done column."""
+        unknown = set(values) - set(self.job.results)
+        if unknown:
+            kind = f"job {self.job.name!r} result has columns {sorted(unknown)}"
+            return kind, f"{kind} that are not its results {self.job.results} (row {key!r})"
+        if values.get(self.job.done_column) is None:
+            done = self.job.done_column
+            kind = f"job {self.job.name!r} result leaves the done column {done!r} NULL"
+            return kind, f"{kind} (row {key!r})"
+        return None
 
     def fail(
         self, claim: Claim, errors: Mapping[Any, str] | str, keys: Sequence[Any] | None = None
@@ -179,9 +184,29 @@ class Queue:
 
     def errors(self, shard: int, limit: int = 20) -> list[dict[str, Any]]:
         """Rows that have failed at least once: key, attempts, last error, next try."""
-        with self._conn(shard) as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(queue_sql.failed_rows(self.table.queue_table(self.job.name)), (limit,))
-            return cur.fetchall()
+        with self._conn(shard) as conn:
+            return failed_rows(conn, self.table.queue_table(self.job.name), limit)
+
+    def retry(self, shard: int, where: str | None = None) -> list[Any]:
+        """Make the job's unleased rows on ``shard`` that match ``where`` (SQL over the table's
+        columns; None: all) ready now with their attempts reset to 0, so their backoff starts
+        over; ``last_error`` is kept until they succeed. Returns the keys reset."""
+        statement = queue_sql.retry_rows(self.table, self.job, where)
+        try:
+            with self._conn(shard) as conn:
+                return [r[0] for r in conn.execute(statement).fetchall()]
+        except (psycopg.errors.SyntaxError, psycopg.errors.UndefinedColumn) as exc:
+            message = str(exc).splitlines()[0]
+            raise UserError(
+                f"--where {where!r} is not valid SQL on {self.table.name}: {message}"
+            ) from None
+
+
+def failed_rows(conn: psycopg.Connection, queue_table: str, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` rows of a queue table that failed at least once, most attempts first."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(queue_sql.failed_rows(queue_table), (limit,))
+        return cur.fetchall()
 
 
 def queue_stats(conn: psycopg.Connection, queue_table: str, cap: int = 100_000) -> dict[str, Any]:

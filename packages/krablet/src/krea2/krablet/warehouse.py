@@ -10,9 +10,10 @@ import psycopg
 
 from krea2.infra.errors import UserError
 from krea2.krablet.cluster import Cluster, load_cluster
+from krea2.krablet.connections import ShardsUnreachable, ShardUnavailable, shard_host
 from krea2.krablet.funnel import Funnel
 from krea2.krablet.migration import load_tables, migrate_shard, schema_fingerprint
-from krea2.krablet.queue import Queue, queue_stats
+from krea2.krablet.queue import Queue, failed_rows, queue_stats
 from krea2.krablet.reader import Reader
 from krea2.krablet.schema import Table
 from krea2.krablet.sql import reads
@@ -45,10 +46,23 @@ class Warehouse:
         return wh
 
     def reload(self) -> None:
-        """Read table declarations from shard 0's catalog (declared ones take precedence)."""
-        with self.cluster.connection(0) as conn:
-            for name, t in load_tables(conn).items():
+        """Read table declarations from the first reachable shard's catalog (every shard holds
+        the same one; declared tables take precedence). Raises :class:`ShardUnavailable` naming
+        every shard when none can be reached."""
+        failures: list[ShardUnavailable] = []
+        for i in range(len(self.cluster)):
+            try:
+                with self.cluster.connection(i) as conn:
+                    found = load_tables(conn)
+            except ShardUnavailable as exc:
+                failures.append(exc)
+                continue
+            for name, t in found.items():
                 self.tables.setdefault(name, t)
+            return
+        if len(failures) == 1:
+            raise failures[0]
+        raise ShardsUnreachable("no shard is reachable: " + "; ".join(str(f) for f in failures))
 
     def migrate(self, tables: Iterable[Table] | None = None) -> list[str]:
         """Create or extend the tables on every shard (idempotent). Returns what changed."""
@@ -96,8 +110,13 @@ class Warehouse:
         self.close()
 
     # -- status -----------------------------------------------------------------------------
-    def status(self, cap: int = 100_000, fingerprints: bool = True) -> dict[str, Any]:
-        """Per shard: reachability, schema agreement, row counts (capped), queue backlogs."""
+    def status(
+        self, cap: int = 100_000, fingerprints: bool = True, errors: int = 5
+    ) -> dict[str, Any]:
+        """Per shard: reachability, row counts (capped), queue backlogs and each job's ``errors``
+        (up to ``errors`` failed rows: key, attempts, last_error, next_try_at); and whether the
+        schema is identical on the reachable shards (``schema_consistent``, None if none is
+        reachable) with the shards that could not be checked (``unreachable``)."""
         shards = []
         prints: list[dict] = []
         for i in range(len(self.cluster)):
@@ -112,16 +131,21 @@ class Warehouse:
                         entry["tables"][name] = {
                             "rows": rows,
                             "jobs": {
-                                j.name: queue_stats(conn, t.queue_table(j.name), cap)
+                                j.name: {
+                                    **queue_stats(conn, t.queue_table(j.name), cap),
+                                    "errors": failed_rows(conn, t.queue_table(j.name), errors),
+                                }
                                 for j in t.jobs
                             },
                         }
             except Exception as exc:  # one dead shard must not hide the others
                 entry["ok"] = False
+                entry["host"] = shard_host(self.cluster.shards[i])
                 entry["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             shards.append(entry)
         same = all(f == prints[0] for f in prints) if prints else None
-        return {"shards": shards, "schema_consistent": same}
+        down = [e["shard"] for e in shards if not e["ok"]]
+        return {"shards": shards, "schema_consistent": same, "unreachable": down}
 
 
 def _row_estimate(conn: psycopg.Connection, table: str) -> int | None:

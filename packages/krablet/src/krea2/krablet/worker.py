@@ -1,22 +1,21 @@
-"""Workers: claim batches from the shards with the most backlog, run a handler, write results.
+"""Workers: claim batches from the reachable shards with the most backlog, run a handler, write
+results.
 
-A handler takes a list of rows (dicts with the key and the job's inputs) and returns one result
-per row, in order: a dict of result columns, or an Exception instance to fail that row alone.
-If it raises, the whole batch fails. A class with an optional ``setup()`` method and a
-``__call__(rows)`` is instantiated once per slot (stateful workers: load a model once).
-
-Shards are chosen by two random choices weighted by a cached backlog estimate, so 1 or 1,000
-workers spread over the shards without coordination. Leases are extended by a heartbeat
-thread every ``lease_s / 3``. ``stop()`` (SIGTERM/SIGINT under ``run``) stops claiming, lets
-running batches finish for up to ``grace_s`` and releases whatever is still unfinished. Lost
-connections (a Postgres restart) are retried with backoff, never fatal.
+Handlers and how a raising one is bisected are in :mod:`krea2.krablet.handler`. Shards are
+chosen by two random choices weighted by a cached backlog estimate, so 1 or 1,000 workers
+spread over the shards without coordination. Each shard is isolated: a shard that cannot be
+reached is skipped (its circuit fails calls at once, see :mod:`krea2.krablet.connections`), a
+monitor thread probes it with backoff and refreshes the backlog estimates, and results for a
+batch whose shard went away are kept and written when it comes back (if the lease is still
+ours). Slots, start-up and the heartbeat never wait on a dead shard for longer than one
+connect timeout. Leases are extended by a heartbeat thread every ``lease_s / 3``. ``stop()``
+(SIGTERM/SIGINT under ``run``) stops claiming, lets running batches finish for up to
+``grace_s`` and releases whatever is still unfinished.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import logging
 import os
 import random
@@ -24,52 +23,24 @@ import signal
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import psycopg_pool
 
 import krea2.krablet.metrics as metrics
 from krea2.infra.errors import UserError
+from krea2.krablet.connections import ShardUnavailable
+from krea2.krablet.handler import BatchRunner, instantiate, one_line, resolve_handler
 from krea2.krablet.queue import Claim, Queue
 from krea2.krablet.warehouse import Warehouse
 
+__all__ = ["RETRYABLE", "Worker", "WorkerStats", "resolve_handler"]
+
 log = logging.getLogger(__name__)
-RETRYABLE = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.InterfaceError)
-
-
-def resolve_handler(spec: str) -> Any:
-    """Import ``module:attr`` or ``path/to/file.py:attr``."""
-    if ":" not in spec:
-        raise UserError(f"handler {spec!r} must look like 'package.module:function'")
-    mod_name, _, attr = spec.rpartition(":")
-    try:
-        if mod_name.endswith(".py"):
-            path = Path(mod_name)
-            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
-            if loader_spec is None or loader_spec.loader is None or not path.exists():
-                raise ImportError(f"no such file {path}")
-            module = importlib.util.module_from_spec(loader_spec)
-            loader_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(mod_name)
-        return getattr(module, attr)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"cannot load handler {spec!r}: {exc}") from None
-
-
-def instantiate(handler: Any) -> Callable[[list[dict]], list]:
-    """A callable for one slot: classes are instantiated and set up once."""
-    if isinstance(handler, type):
-        obj = handler()
-        if hasattr(obj, "setup"):
-            obj.setup()
-        return obj
-    return handler
+# errors that mean "the shard is (momentarily) unreachable", never "the data is wrong"
+RETRYABLE = (ShardUnavailable, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass
@@ -102,7 +73,12 @@ class WorkerStats:
 
 
 class Worker:
-    """Runs one job's handler over the cluster until stopped (or until the queue is empty)."""
+    """Runs one job's handler over the cluster until stopped (or until the queue is empty).
+
+    ``give_up_s``: with ``until_empty``, how long a shard may stay unreachable once the
+    reachable shards are drained before the run ends without it (it is then listed in
+    ``stats.unreachable_shards``).
+    """
 
     def __init__(
         self,
@@ -117,6 +93,7 @@ class Worker:
         max_poll_s: float = 2.0,
         grace_s: float = 30.0,
         owner: str | None = None,
+        give_up_s: float = 30.0,
     ) -> None:
         if batch_size < 1 or concurrency < 1:
             raise UserError("batch_size and concurrency must be at least 1")
@@ -127,36 +104,61 @@ class Worker:
         self.batch_size, self.concurrency = batch_size, concurrency
         self.lease_s = float(lease_s if lease_s is not None else self.queue.job.lease_s)
         self.poll_s, self.max_poll_s, self.grace_s = poll_s, max_poll_s, grace_s
+        self.give_up_s = give_up_s
         self.refresh_s = 5.0
         self.stats = WorkerStats()
+        self._batches = BatchRunner(check=self.queue.result_problem)
         self._stop = threading.Event()
         self._stop_requested = False  # stop() was called (not an empty queue or max_batches)
-        self._active: dict[int, Claim] = {}
+        self._until_empty, self._max_batches = False, None
+        self._active: dict[int, Claim] = {}  # token → claim not yet settled
+        self._parked: list[tuple[Claim, dict, dict]] = []  # settled later: shard unreachable
+        self._down: set[int] = set()  # shards reported unreachable (logged once per outage)
         self._lock = threading.Lock()
         n = len(wh.cluster)
         self._backlog = [1.0] * n  # optimistic until measured
         self._labels = [(table, job, str(i)) for i in range(n)]
 
-    # -- shard choice ------------------------------------------------------------------------
-    def _pick_shard(self) -> int:
-        n = len(self._backlog)
-        if n == 1:
-            return 0
-        a, b = random.randrange(n), random.randrange(n)
+    # -- shard choice and health -------------------------------------------------------------
+    def _pick_shard(self) -> int | None:
+        """Two random choices among the reachable shards, by backlog; None if none is up."""
+        up = [i for i in range(len(self._backlog)) if self.wh.cluster.is_up(i)]
+        if len(up) <= 1:
+            return up[0] if up else None
+        a, b = random.choice(up), random.choice(up)
         return a if self._backlog[a] >= self._backlog[b] else b
 
-    def _refresh_backlog(self) -> None:
-        for i in range(len(self._backlog)):
+    def _shard_lost(self, shard: int, exc: BaseException) -> None:
+        self._backlog[shard] = 0.0
+        with self._lock:
+            first = shard not in self._down
+            self._down.add(shard)
+        if first:
+            reason = str(exc) if isinstance(exc, ShardUnavailable) else one_line(exc)
+            log.warning("worker: %s; skipping it, retrying with backoff", reason)
+
+    def _refresh_backlog(self, shards: list[int] | None = None) -> None:
+        """Re-measure the backlog of ``shards`` (default: all). An unreachable shard fails at
+        once until its backoff has passed, then this call is its probe."""
+        for i in range(len(self._backlog)) if shards is None else shards:
             try:
                 st = self.queue.stats(i, cap=10_000)
-            except RETRYABLE:
-                self._backlog[i] = 0.0
+            except RETRYABLE as exc:
+                self._shard_lost(i, exc)
                 continue
+            with self._lock:
+                back = i in self._down
+                self._down.discard(i)
+            if back:
+                log.warning("worker: %s is reachable again", self.wh.cluster.describe(i))
             self._backlog[i] = float(st["ready"])
             metrics.backlog.labels(*self._labels[i]).set(st["ready"])
             metrics.leased.labels(*self._labels[i]).set(st["leased"])
             metrics.backing_off.labels(*self._labels[i]).set(st["backing_off"])
             metrics.oldest_ready.labels(*self._labels[i]).set(st["oldest_ready_s"])
+
+    def _unreachable(self) -> list[int]:
+        return [i for i in range(len(self._backlog)) if not self.wh.cluster.is_up(i)]
 
     # -- the loop ------------------------------------------------------------------------------
     def stop(self, signum: int | None = None) -> None:
@@ -175,30 +177,40 @@ class Worker:
         max_batches: int | None = None,
         install_signals: bool = False,
     ) -> WorkerStats:
-        """Run until :meth:`stop`, SIGTERM (with ``install_signals``), or an empty queue."""
+        """Run until :meth:`stop`, SIGTERM/SIGINT (with ``install_signals``), ``max_batches``,
+        or (``until_empty``) until no reachable shard has ready or leased rows and every other
+        shard has been unreachable for ``give_up_s``."""
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda signum, _frame: self.stop(signum))
         self._until_empty, self._max_batches = until_empty, max_batches
         self._refresh_backlog()
-        beat = threading.Thread(target=self._heartbeat_loop, name="krablet-heartbeat", daemon=True)
-        beat.start()
+        threads = [
+            threading.Thread(target=self._heartbeat_loop, name="krablet-heartbeat", daemon=True),
+            threading.Thread(target=self._monitor_loop, name="krablet-monitor", daemon=True),
+        ]
         slots = [
             threading.Thread(target=self._slot, name=f"krablet-slot-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
-        for t in slots:
+        for t in threads + slots:
             t.start()
         while any(t.is_alive() for t in slots) and not self._stop.is_set():
             time.sleep(0.05)
         deadline = time.monotonic() + self.grace_s
         for t in slots:
             t.join(max(0.0, deadline - time.monotonic()))
-        self._release_all()
+        stopping = self._stop.is_set()
         self._stop.set()
-        beat.join(timeout=5)
-        if self._stop_requested:
-            self.stats.interrupted = not self._queue_drained()
+        for t in threads:
+            t.join(timeout=5)
+        self._settle_parked(final=True)
+        self._release_all()
+        if stopping and self._stop_requested:
+            self.stats.interrupted = not self._drained(wait_for_down=False)
+        down = self._unreachable()
+        self.stats.unreachable_shards = down
+        self.stats.unreachable = [self.wh.cluster.describe(i) for i in down]
         return self.stats
 
     def _slot(self) -> None:
@@ -213,105 +225,150 @@ class Worker:
             if self._max_batches is not None and self.stats.batches >= self._max_batches:
                 return
             shard = self._pick_shard()
-            try:
-                t0 = time.perf_counter()
-                claim = self.queue.claim(shard, self.batch_size, lease_s=self.lease_s)
-                metrics.claim_latency.labels(*self._labels[shard]).observe(time.perf_counter() - t0)
-            except RETRYABLE as exc:
-                log.warning(
-                    "worker: shard %d unreachable (%s); retrying", shard, type(exc).__name__
-                )
+            claim = None
+            if shard is not None:
+                try:
+                    t0 = time.perf_counter()
+                    claim = self.queue.claim(shard, self.batch_size, lease_s=self.lease_s)
+                    metrics.claim_latency.labels(*self._labels[shard]).observe(
+                        time.perf_counter() - t0
+                    )
+                except RETRYABLE as exc:
+                    self._shard_lost(shard, exc)
+                    continue  # another shard, at once: a dead one never slows the others
+            if claim is not None and claim.rows:
+                idle = self.poll_s
+                self._backlog[shard] = max(self._backlog[shard] - len(claim), 1.0)
+                self._process(fn, claim)
+                continue
+            if shard is not None:
                 self._backlog[shard] = 0.0
-                self._stop.wait(idle)
+            if all(self._backlog[i] == 0.0 for i in range(len(self._backlog))):
+                if self._until_empty and self._drained(wait_for_down=True):
+                    return
+                self._stop.wait(idle * random.uniform(0.5, 1.5))  # jittered poll
                 idle = min(idle * 2, self.max_poll_s)
-                continue
-            if not claim.rows:
-                self._backlog[shard] = 0.0
-                if all(b == 0.0 for b in self._backlog):
-                    if self._until_empty and self._queue_drained():
-                        return
-                    self._stop.wait(idle * random.uniform(0.5, 1.5))  # jittered poll
-                    idle = min(idle * 2, self.max_poll_s)
-                    self._refresh_backlog()
-                continue
-            idle = self.poll_s
-            self._backlog[shard] = max(self._backlog[shard] - len(claim), 1.0)
-            self._process(fn, claim)
+                self._refresh_backlog([i for i in range(len(self._backlog)) if i not in self._down])
 
-    def _queue_drained(self) -> bool:
-        """No ready rows and no live leases anywhere (a dead worker's leases come back)."""
-        try:
-            for i in range(len(self._backlog)):
+    def _drained(self, wait_for_down: bool) -> bool:
+        """No ready rows and no live leases on any reachable shard (a dead worker's leases come
+        back), no results waiting for a shard; with ``wait_for_down``, also every unreachable
+        shard has been unreachable for ``give_up_s``."""
+        for i in range(len(self._backlog)):
+            try:
                 st = self.queue.stats(i, cap=1)
-                if st["ready"] or st["leased"]:
+            except RETRYABLE as exc:
+                self._shard_lost(i, exc)
+                if wait_for_down and self.wh.cluster.down_for(i) < self.give_up_s:
                     return False
-            return True
-        except RETRYABLE:
-            return False
+                continue
+            if st["ready"] or st["leased"]:
+                return False
+        with self._lock:
+            parked = {c.shard for c, _, _ in self._parked}
+        return not (parked - set(self._unreachable()))
 
+    # -- one batch -------------------------------------------------------------------------------
     def _process(self, fn: Callable, claim: Claim) -> None:
-        labels = self._labels[claim.shard]
+        metrics.claims.labels(*self._labels[claim.shard]).inc(len(claim))
         with self._lock:
             self._active[claim.token] = claim
-        self.stats.claimed += len(claim)
-        metrics.claims.labels(*labels).inc(len(claim))
-        results: dict[Any, dict] = {}
-        errors: dict[Any, str] = {}
+            self.stats.claimed += len(claim)
+        results, errors = self._batches.run(fn, claim.rows, claim.keys)
+        with self._lock:
+            self.stats.batches += 1
+        if not self._settle(claim, results, errors):
+            with self._lock:
+                self._parked.append((claim, results, errors))
+
+    def _settle(self, claim: Claim, results: dict, errors: dict) -> bool:
+        """Write a batch's results and failures (emptying both as they land); False if its
+        shard is unreachable (the caller keeps them for later)."""
         try:
-            out = list(fn([dict(r) for r in claim.rows]))
-            if len(out) != len(claim.rows):
-                raise RuntimeError(
-                    f"handler returned {len(out)} results for {len(claim.rows)} rows"
-                )
-            for key, res in zip(claim.keys, out, strict=True):
-                if isinstance(res, BaseException):
-                    errors[key] = f"{type(res).__name__}: {res}"
-                elif isinstance(res, dict):
-                    results[key] = res
-                else:
-                    errors[key] = f"handler returned {type(res).__name__}, expected a dict"
-        except Exception as exc:
-            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            errors = dict.fromkeys(claim.keys, tb)
-            results = {}
-        try:
-            done = self._retry(lambda: self.queue.complete(claim, results)) if results else []
-        except UserError as exc:  # results that do not fit the job: fail those rows instead
-            errors.update(dict.fromkeys(results, str(exc)))
-            done = []
-        failed = self._retry(lambda: self.queue.fail(claim, errors)) if errors else []
+            if results:
+                done = self._complete(claim, results, errors)
+                self._count(claim, "completed", len(done), len(results) - len(done))
+                results.clear()
+            if errors:
+                failed = self.queue.fail(claim, errors)
+                self._count(claim, "failed", len(failed), len(errors) - len(failed))
+                errors.clear()
+        except RETRYABLE as exc:
+            self._shard_lost(claim.shard, exc)
+            return False
         with self._lock:
             self._active.pop(claim.token, None)
-        self.stats.batches += 1
-        self.stats.completed += len(done)
-        self.stats.failed += len(failed)
-        gone = len(results) - len(done) + len(errors) - len(failed)
-        self.stats.lost += gone
-        metrics.completions.labels(*labels).inc(len(done))
-        metrics.failures.labels(*labels).inc(len(failed))
-        if gone:
-            metrics.lost.labels(*labels).inc(gone)
+        return True
 
-    def _retry(self, op: Callable[[], list]) -> list:
-        """Run a write, retrying through connection loss (the lease may expire meanwhile)."""
-        delay = 0.1
-        while True:
+    def _complete(self, claim: Claim, results: dict, errors: dict) -> list:
+        """``queue.complete``; if the database refuses a value, each row alone, so only the
+        refused rows fail (moved from ``results`` to ``errors``)."""
+        try:
+            return self.queue.complete(claim, results)
+        except RETRYABLE:
+            raise
+        except psycopg.Error:
+            if len(results) == 1:
+                raise
+        done = []
+        for key in sorted(results):
             try:
-                return op()
-            except RETRYABLE as exc:
-                if self._stop.is_set() and delay >= self.max_poll_s:
-                    log.warning("worker: giving up a write at shutdown: %s", type(exc).__name__)
-                    return []
-                time.sleep(delay)
-                delay = min(delay * 2, self.max_poll_s)
+                done += self.queue.complete(claim, {key: results[key]})
+            except RETRYABLE:
+                raise
+            except psycopg.Error as exc:
+                message = f"the database refused the result: {one_line(exc)}"
+                self._batches.report(f"refused:{type(exc).__name__}", message)
+                errors[key] = message
+        for key in errors:
+            results.pop(key, None)
+        return done
+
+    def _count(self, claim: Claim, what: str, landed: int, lost: int) -> None:
+        labels = self._labels[claim.shard]
+        with self._lock:
+            setattr(self.stats, what, getattr(self.stats, what) + landed)
+            self.stats.lost += lost
+        (metrics.completions if what == "completed" else metrics.failures).labels(*labels).inc(
+            landed
+        )
+        if lost:
+            metrics.lost.labels(*labels).inc(lost)
+
+    def _settle_parked(self, final: bool = False) -> None:
+        """Write kept results whose shard is back; at the end, count the rest as lost leases
+        (they expire and the rows run again)."""
+        with self._lock:
+            parked, self._parked = self._parked, []
+        keep = []
+        for claim, results, errors in parked:
+            if not (self.wh.cluster.is_up(claim.shard) or final) or not self._settle(
+                claim, results, errors
+            ):
+                keep.append((claim, results, errors))
+        if final:
+            for claim, results, errors in keep:
+                self._count(claim, "completed", 0, len(results) + len(errors))
+            keep = []
+        with self._lock:
+            self._parked.extend(keep)
+
+    # -- background threads -------------------------------------------------------------------
+    def _monitor_loop(self) -> None:
+        """Probe unreachable shards (their circuit sets the pace), refresh the backlog
+        estimates every ``refresh_s`` and write kept results once their shard is back."""
+        last_refresh = time.monotonic()
+        while not self._stop.wait(0.25):
+            if time.monotonic() - last_refresh > self.refresh_s:
+                self._refresh_backlog()
+                last_refresh = time.monotonic()
+            elif self._down:
+                self._refresh_backlog(sorted(self._down))
+            self._settle_parked()
 
     def _heartbeat_loop(self) -> None:
         interval = max(self.lease_s / 3, 0.05)
-        last_refresh = time.monotonic()
         while not self._stop.wait(interval):
-            if time.monotonic() - last_refresh > self.refresh_s:
-                self._refresh_backlog()  # also corrects the shard choice's estimates
-                last_refresh = time.monotonic()
             with self._lock:
                 active = list(self._active.values())
             for claim in active:

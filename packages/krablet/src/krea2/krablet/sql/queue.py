@@ -122,6 +122,16 @@ WHERE key = ANY(%(keys)s::{kt}[]) AND token = %(token)s RETURNING key""").format
     )
 
 
+def retry_rows(table: Table, job: Job, where: str | None) -> sql.Composable:
+    """Make unleased queue rows whose wide row matches ``where`` (operator-written SQL over the
+    table's columns; None: every row) ready now with ``attempts = 0``; return their keys."""
+    q, t, k = (sql.Identifier(n) for n in (table.queue_table(job.name), table.name, table.key))
+    return sql.SQL("""
+UPDATE {q} q SET next_try_at = now(), attempts = 0
+FROM {t} w WHERE w.{k} = q.key AND (q.token IS NULL OR q.next_try_at <= now())
+    AND ({where}) RETURNING q.key""").format(q=q, t=t, k=k, where=sql.SQL(where or "TRUE"))
+
+
 def failed_rows(queue_table: str) -> sql.Composable:
     """Up to ``%s`` rows that failed at least once: key, attempts, last_error, next_try_at."""
     return sql.SQL(
