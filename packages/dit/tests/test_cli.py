@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
 from krea2.dit.cli import app
+from krea2.dit.flops import format_flops
 from krea2.dit.model import Krea2DiT
+from krea2.dit.testing import write_tiny_model_folder
 from krea2.dit.weights import save_weights
 from krea2.infra.errors import UserError
 
 runner = CliRunner()
+KREA2 = str(Path(sys.executable).parent / "krea2")
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +80,107 @@ def test_flops_prints_the_release_parameter_count():
                               "--text-tokens", "16", "--json"])  # fmt: skip
     d = json.loads(res.output)
     assert d["image_tokens"] == 64 and d["train_flops"] > 2 * d["forward_flops"]
+
+
+def test_flops_are_printed_in_units_that_fit():
+    assert [format_flops(x) for x in (3.41e9, 2.5e6, 1.2e13, 7e16, 120)] == [
+        "3.41 GFLOP", "2.50 MFLOP", "12.00 TFLOP", "70.00 PFLOP", "120 FLOP"
+    ]  # fmt: skip
+    res = runner.invoke(app, ["flops", "--config", "toy", "--size", "32x32", "--ae-factor", "1",
+                              "--text-tokens", "16"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "0.00" not in res.output and " MFLOP" in res.output
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """A tiny folder in the diffusers Krea 2 layout (transformer/, text_encoder/, tokenizer/,
+    vae/, scheduler/, model_index.json)."""
+    return write_tiny_model_folder(tmp_path_factory.mktemp("release") / "krea2-tiny")
+
+
+def sample_png(args, out):
+    common = ["--size", "16x16", "--steps", "2", "--cfg", "1", "--text-tokens", "16"]
+    res = runner.invoke(app, ["sample", *args, *common, "--device", "cpu", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return (out / "000-seed0.png").read_bytes()
+
+
+def test_the_diffusers_text_encoder_folder_follows_the_prompt(release, tmp_path):
+    # The layout of the issue: the tokenizer sits in the sibling tokenizer/ folder.
+    parts = ["--weights", str(release / "transformer"), "--ae", f"qwen-image:{release / 'vae'}",
+             "--text-encoder", f"qwen3-vl:{release / 'text_encoder'}"]  # fmt: skip
+    red = sample_png([*parts, "--prompt", "a red circle"], tmp_path / "red")
+    blue = sample_png([*parts, "--prompt", "a blue square"], tmp_path / "blue")
+    assert red != blue
+
+
+def test_a_whole_model_folder_samples_with_its_own_parts(release, tmp_path):
+    parts = ["--weights", str(release / "transformer"), "--ae", f"qwen-image:{release / 'vae'}",
+             "--text-encoder", f"qwen3-vl:{release}", "--prompt", "a red circle"]  # fmt: skip
+    by_parts = sample_png(parts, tmp_path / "parts")
+    by_model = sample_png(["--model", str(release), "--prompt", "a red circle"], tmp_path / "m")
+    assert by_model == by_parts
+    turbo = sample_png(["--model", str(release), "--prompt", "a red circle", "--turbo"],
+                       tmp_path / "turbo")  # fmt: skip
+    assert turbo != by_model  # mu 1.15 instead of the scheduler's line at 4 tokens
+
+
+def test_a_distilled_model_folder_uses_the_turbo_shift(release, tmp_path):
+    index = json.loads((release / "model_index.json").read_text())
+    turbo = sample_png(["--model", str(release), "--prompt", "x", "--mu", "1.15"], tmp_path / "t")
+    try:
+        (release / "model_index.json").write_text(json.dumps(index | {"is_distilled": True}))
+        distilled = sample_png(["--model", str(release), "--prompt", "x"], tmp_path / "d")
+    finally:
+        (release / "model_index.json").write_text(json.dumps(index))
+    assert distilled == turbo
+
+
+def test_a_native_release_folder_samples(release, tmp_path):
+    native = write_tiny_model_folder(tmp_path / "native", layout="native")
+    png = sample_png(["--model", str(native), "--prompt", "a red circle"], tmp_path / "out")
+    # Same seed, same parts; no scheduler/ means the release's own shift line.
+    assert png == sample_png(["--model", str(release), "--prompt", "a red circle"], tmp_path / "r")
+
+
+def test_weights_with_conditioning_only_the_trainer_rebuilds_are_refused(toy_ckpt, tmp_path):
+    path = save_weights(Krea2DiT.from_config("toy", depth=2), tmp_path / "run.safetensors",
+                        conditioning={"text_encoder": "trainer:words"})  # fmt: skip
+    res = runner.invoke(app, ["sample", "--weights", str(path), "--prompt", "x", "--out",
+                              str(tmp_path / "out")])  # fmt: skip
+    assert isinstance(res.exception, UserError)
+    assert "'trainer:words'" in str(res.exception) and "krea2 train sample" in str(res.exception)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_training_checkpoint_folder_is_refused(tmp_path):
+    step = tmp_path / "run" / "checkpoints" / "pretrain" / "step-000000009"
+    step.mkdir(parents=True)
+    res = runner.invoke(app, ["sample", "--weights", str(step), "--prompt", "x", "--out",
+                              str(tmp_path / "out")])  # fmt: skip
+    assert isinstance(res.exception, UserError)
+    assert f"krea2 train sample {tmp_path / 'run'} --stage pretrain" in str(res.exception)
+
+
+def test_ctrl_c_while_sampling_exits_130_and_writes_no_image(toy_ckpt, tmp_path):
+    out = tmp_path / "out"
+    cmd = [KREA2, "dit", "sample", "--weights", str(toy_ckpt), "--prompt", "x", "--size",
+           "32x32", "--steps", "1000000", "--cfg", "0", "--text-tokens", "16", "--device", "cpu",
+           "--out", str(out)]  # fmt: skip
+    env = os.environ | {"KREA2_PROGRESS": "plain", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    seen = []
+    for line in proc.stderr:  # wait until denoising reports progress (plain lines)
+        seen.append(line)
+        if line.startswith("sample 32x32:"):
+            break
+    assert proc.poll() is None, "".join(seen)
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole process group
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, "".join(seen) + stderr)
+    assert "interrupted" in stderr
+    assert not out.exists() or list(out.iterdir()) == []
