@@ -57,3 +57,41 @@ def test_mistakes_print_one_clear_line(tmp_path):
     missing = krablet("status", "--cluster", str(tmp_path / "nope.json"))
     assert missing.returncode == 2
     assert "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_status_shows_attempts_and_errors_and_retry_resets_chosen_rows(data_dir):
+    assert krablet("up", "--shards", "1", "--data", str(data_dir)).returncode == 0
+    path = str(data_dir / "cluster.json")
+    table = Table("t", columns={"x": "text"}, jobs=[Job("j", result="x", backoff_s=600)])
+    wh = Warehouse.open(path, tables=[table])
+    with wh.funnel() as f:
+        f.upsert("t", [{"key": "a"}, {"key": "b"}, {"key": "c"}])
+    q = wh.queue("t", "j")
+    claim = q.claim(0, 3)
+    q.fail(claim, {"a": "ValueError: bad pixels", "b": "OSError: gone"})
+    st = krablet("status", "--cluster", path)
+    assert st.returncode == 0, st.stderr
+    assert "a: 1 attempt(s), next try in" in st.stdout and "ValueError: bad pixels" in st.stdout
+    errors = json.loads(krablet("status", "--cluster", path, "--json").stdout)["shards"][0]
+    listed = errors["tables"]["t"]["jobs"]["j"]["errors"]
+    assert {(e["key"], e["attempts"]) for e in listed} == {("a", 1), ("b", 1)}
+    assert krablet("retry", "t.j", "--cluster", path).returncode == 2  # rows must be chosen
+    again = krablet("retry", "t.j", "--where", "key = 'a'", "--cluster", path)
+    assert again.returncode == 0 and "1 row(s) of t.j ready again" in again.stdout
+    assert q.claim(0, 3).keys == ["a"]  # b still backs off, c is still leased
+    bad = krablet("retry", "t.j", "--where", "nope = 1", "--cluster", path)
+    assert bad.returncode == 2 and "not valid SQL" in bad.stderr
+    wh.close()
+
+
+def test_down_and_up_one_shard(data_dir):
+    assert krablet("up", "--shards", "2", "--data", str(data_dir)).returncode == 0
+    path = str(data_dir / "cluster.json")
+    stopped = krablet("down", "--data", str(data_dir), "--shard", "1")
+    assert stopped.returncode == 0 and "stopped shard 1" in stopped.stdout
+    st = krablet("status", "--cluster", path)
+    assert st.returncode == 3 and "shard 1" in st.stdout and "DOWN" in st.stdout
+    assert "shard 0" in st.stdout and st.stdout.count("DOWN") == 1
+    assert krablet("up", "--data", str(data_dir), "--shard", "1").returncode == 0
+    assert krablet("status", "--cluster", path).returncode == 0
+    assert krablet("down", "--data", str(data_dir), "--shard", "5").returncode == 2

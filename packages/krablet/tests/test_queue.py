@@ -238,3 +238,17 @@ def test_claims_heartbeats_and_failures_never_rewrite_the_wide_row(cluster1):
     with cluster1.connect(0) as conn:
         after = conn.execute("SELECT id, xmin::text, ctid::text FROM items ORDER BY id").fetchall()
     assert after == before  # queue churn stays in the narrow queue table
+
+
+def test_an_expired_lease_goes_behind_the_ready_backlog(cluster1):
+    """Retry-at-end: a killed worker's rows are claimed again only after the rows that were
+    ready before their lease expired (no dead-letter queue; the lease length is the knob)."""
+    wh = Warehouse.open(cluster1, tables=[items()])
+    seed(wh, 10)
+    q = wh.queue("items", "ocr")
+    killed = q.claim(0, 3, lease_s=0.2)  # its worker dies: nobody completes or releases
+    time.sleep(0.5)
+    assert sorted(q.claim(0, 7).keys) == sorted(set(range(10)) - set(killed.keys))
+    again = q.claim(0, 10)
+    assert sorted(again.keys) == sorted(killed.keys)
+    assert set(again.attempts.values()) == {2}

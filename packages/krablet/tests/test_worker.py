@@ -230,3 +230,34 @@ def test_a_stopped_run_with_work_left_reports_interrupted(cluster1):
     idle = Worker(wh, "nums", "square", lambda rows: [{"result": 1} for _ in rows])
     idle.stop()  # stopped with the queue empty: the job's work is finished
     assert not idle.run().interrupted
+
+
+def test_a_raising_handler_is_bisected_so_only_the_bad_row_backs_off(cluster1):
+    wh = Warehouse.open(cluster1, tables=[NUMS])
+    seed(wh, 200)
+
+    def picky(rows):
+        if any(r["n"] == 13 for r in rows):
+            raise ValueError("cannot square 13")
+        return [{"result": r["n"] ** 2} for r in rows]
+
+    stats = Worker(wh, "nums", "square", picky, batch_size=50).run(until_empty=True)
+    assert (stats.completed, stats.failed) == (199, 1)
+    errs = wh.queue("nums", "square").errors(0)
+    assert [(e["key"], e["attempts"]) for e in errs] == [(13, 1)]
+    assert "ValueError: cannot square 13" in errs[0]["last_error"]
+    res = results(cluster1)
+    assert res[13] is None and all(res[n] == n * n for n in range(200) if n != 13)
+
+
+def test_a_handler_returning_the_wrong_type_is_reported_once(cluster1, caplog):
+    wh = Warehouse.open(cluster1, tables=[NUMS])
+    seed(wh, 100)
+    with caplog.at_level("ERROR", logger="krea2.krablet"):
+        stats = Worker(wh, "nums", "square", lambda rows: [1] * len(rows), batch_size=10).run(
+            until_empty=True
+        )
+    assert (stats.completed, stats.failed, stats.batches) == (0, 100, 10)
+    said = [r.getMessage() for r in caplog.records if "handler returned int" in r.getMessage()]
+    assert len(said) == 1 and "expected a dict" in said[0]
+    assert "handler returned int" in wh.queue("nums", "square").errors(0)[0]["last_error"]

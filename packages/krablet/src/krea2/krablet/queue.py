@@ -195,7 +195,7 @@ class Queue:
         try:
             with self._conn(shard) as conn:
                 return [r[0] for r in conn.execute(statement).fetchall()]
-        except (psycopg.errors.SyntaxError, psycopg.errors.UndefinedColumn) as exc:
+        except (psycopg.ProgrammingError, psycopg.DataError) as exc:
             message = str(exc).splitlines()[0]
             raise UserError(
                 f"--where {where!r} is not valid SQL on {self.table.name}: {message}"

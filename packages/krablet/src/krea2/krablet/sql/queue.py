@@ -128,8 +128,10 @@ def retry_rows(table: Table, job: Job, where: str | None) -> sql.Composable:
     q, t, k = (sql.Identifier(n) for n in (table.queue_table(job.name), table.name, table.key))
     return sql.SQL("""
 UPDATE {q} q SET next_try_at = now(), attempts = 0
-FROM {t} w WHERE w.{k} = q.key AND (q.token IS NULL OR q.next_try_at <= now())
-    AND ({where}) RETURNING q.key""").format(q=q, t=t, k=k, where=sql.SQL(where or "TRUE"))
+WHERE (q.token IS NULL OR q.next_try_at <= now())
+    AND q.key IN (SELECT {k} FROM {t} WHERE ({where})) RETURNING q.key""").format(
+        q=q, t=t, k=k, where=sql.SQL(where or "TRUE")
+    )
 
 
 def failed_rows(queue_table: str) -> sql.Composable:
