@@ -6,6 +6,7 @@ import io
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,13 @@ def test_slow_decodes_time_out():
     with pytest.raises(DecodeError) as info:
         decode(buf.getvalue(), DecodeLimits(max_seconds=0.001))
     assert info.value.reason == "timeout"
+
+
+def test_the_decode_time_bound_counts_cpu_time_not_waiting():
+    from krea2.curate.decode import time_limit
+
+    with time_limit(0.2):
+        time.sleep(0.5)  # a busy machine: wall time passes, this process uses no CPU
 
 
 def test_corpus_stays_under_the_memory_bound(corrupt_corpus, tmp_path: Path):

@@ -26,6 +26,10 @@ _PUBLIC: dict[str, str] = {
     "run_worker": "warehouse",
     "read_rows": "warehouse",
     "kept_rows": "warehouse",
+    "stage_progress": "warehouse",
+    "is_complete": "warehouse",
+    "isolation_failures": "warehouse",
+    "retry_isolation_failures": "warehouse",
     # the DAG's declaration
     "STAGES": "stages",
     "STAGE_NAMES": "stages",
@@ -48,6 +52,7 @@ _PUBLIC: dict[str, str] = {
     "write_report": "report",
     # configuration
     "CurateConfig": "config",
+    "load_curate_config": "config",
     "StageThresholds": "config",
     "DecodeLimits": "config",
     # per-image work and the DAG in memory

@@ -16,20 +16,8 @@ app = typer.Typer(
 )
 
 CLUSTER_HELP = "Cluster file or comma-separated DSNs (default: $KRABLET_CLUSTER)."
-CONFIG_HELP = "TOML file of curate settings (see docs/curate.md)."
+CONFIG_HELP = "TOML file of curate settings (see docs/curate.md); merged onto the defaults."
 SET_HELP = "Override a setting, e.g. --set stages.256.max_aspect=2.5 (repeatable)."
-
-
-def _config(config: Path | None, overrides: list[str], stage: str | None):
-    from dataclasses import replace
-
-    from krea2.curate import CurateConfig
-    from krea2.infra.config import load_config
-
-    cfg = load_config(CurateConfig, config, overrides)
-    cfg = replace(cfg, stage=stage) if stage else cfg
-    cfg.thresholds()  # fail now, with the fix, on an unknown stage
-    return cfg
 
 
 @app.command()
@@ -48,64 +36,86 @@ def ingest(
     The per-file work (md5, size, format, decode, filters, hashes) is the `analyze` stage
     that `run` executes.
 
-    Example: krea2 curate ingest ./photos --name photos --cluster /tmp/kb/cluster.json
+    Example: krea2 curate ingest photos --name photos
     """
     from krea2 import curate
 
     wh = curate.open_warehouse(cluster)
-    n = curate.ingest(wh, source, name, all_files)
-    wh.close()
+    try:
+        n = curate.ingest(wh, source, name, all_files)
+    finally:
+        wh.close()
     typer.echo(f"ingested {n} images from {source} (run `krea2 curate run` to process them)")
 
 
 def _run_with_progress(batch_size: int, lease_s: float | None, follow: bool):
-    """A ``run_stages`` job runner: one worker on this process, with a progress bar."""
+    """A ``run_stages`` job runner: one worker on this process, with progress; it prints the
+    worker's counts (and, for analyze, the images given up on for time or a crash) and
+    stops the run at an interrupted job."""
 
     def run_job(wh, stage, handler):
+        import signal
         import threading
 
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
         from krea2 import curate
+        from krea2.infra.progress import progress
 
         reader = wh.reader()
         todo, done = stage.progress_filters()
         stop = threading.Event()
-        with Progress(
-            "[bold]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-        ) as progress:
-            task = progress.add_task(stage.name, total=reader.count(curate.TABLE, todo) or None)
+        with progress(stage.name, reader.count(curate.TABLE, todo) or None, unit="img") as bar:
 
             def poll() -> None:
                 while not stop.wait(1.0):
-                    progress.update(
-                        task,
-                        completed=reader.count(curate.TABLE, done),
-                        total=reader.count(curate.TABLE, todo),
+                    bar.update(
+                        reader.count(curate.TABLE, done), total=reader.count(curate.TABLE, todo)
                     )
 
             t = threading.Thread(target=poll, daemon=True)
             t.start()
-            stats = curate.run_worker(
-                wh,
-                stage,
-                handler,
-                batch_size=batch_size,
-                lease_s=lease_s,
-                follow=follow,
-                install_signals=True,
-                single_thread=True,  # one worker process per core
-            )
-            stop.set()
-            t.join()
-            progress.update(task, completed=reader.count(curate.TABLE, done))
-        typer.echo(
+            handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:  # the worker's own handlers: finish the batch, release the rest
+                stats = curate.run_worker(
+                    wh,
+                    stage,
+                    handler,
+                    batch_size=batch_size,
+                    lease_s=lease_s,
+                    follow=follow,
+                    install_signals=True,
+                    single_thread=True,  # one worker process per core
+                )
+            finally:
+                for sig, previous in handlers.items():
+                    signal.signal(sig, previous)
+                stop.set()
+                t.join()
+            bar.update(reader.count(curate.TABLE, done))
+        line = (
             f"{stage.name}: {stats.completed} done, {stats.failed} failed (retried later), "
             f"{stats.released} released"
         )
+        if stage.name == "analyze":
+            gave_up = curate.isolation_failures(wh)
+            line += f"; {gave_up} timed out or crashed twice (marked broken)" + (
+                "; `krea2 curate run --stages analyze --retry-timeouts` runs them again"
+                if gave_up
+                else ""
+            )
+        typer.echo(line)
+        if stats.interrupted or stats.stopped_by is not None:
+            raise _Interrupted(stats.stopped_by or signal.SIGINT)
         return stats
 
     return run_job
+
+
+class _Interrupted(Exception):
+    """A job's worker was stopped by signal ``signum`` (the run stops there)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _echo_pass_result(stage, result) -> None:
@@ -124,6 +134,9 @@ def run(
     batch_size: int = typer.Option(32, help="Rows per claim."),
     lease_s: float = typer.Option(None, help="Lease length in s (default: the job's)."),
     follow: bool = typer.Option(False, help="Keep waiting for new rows instead of exiting."),
+    retry_timeouts: bool = typer.Option(
+        False, help="First queue again the images analyze gave up on (timed out or crashed)."
+    ),
     stage: str = typer.Option(None, help="Resolution stage whose thresholds apply (256, 512…)."),
     config: Path = typer.Option(None, help=CONFIG_HELP),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -132,18 +145,24 @@ def run(
     """Run curation stages in order: analyze → dedup → ocr → tags → concepts, captions.
 
     Jobs run as krablet workers (kill one at any time and rerun; nothing is lost), with
-    progress; passes (dedup, concepts) recompute over the warehouse.
+    progress; passes (dedup, concepts) recompute over the warehouse. Stopped by Ctrl-C or
+    SIGTERM with work left, it prints how far each stage got and exits 130 or 143; a rerun
+    resumes.
 
-    Example: krea2 curate run --stages analyze,dedup,ocr,tags,concepts,captions
-    --tagger shapes --captioner shapes
+    Example: krea2 curate run --stages analyze,dedup --set stages.256.max_aspect=2.5
     """
+    import signal
+
     from krea2 import curate
+    from krea2.curate.config import load_curate_config
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
     curate.check_stages(chosen, tagger, captioner)  # before the warehouse is opened
-    cfg = _config(config, set_, stage)
+    cfg = load_curate_config(config, set_, stage)
     wh = curate.open_warehouse(cluster)
     try:
+        if retry_timeouts:
+            typer.echo(f"analyze: {curate.retry_isolation_failures(wh)} images queued again")
         curate.run_stages(
             wh,
             chosen,
@@ -154,6 +173,17 @@ def run(
             run_job=_run_with_progress(batch_size, lease_s, follow),
             on_result=_echo_pass_result,
         )
+    except _Interrupted as stopped:
+        progress = curate.stage_progress(wh, chosen)
+        for name, (done, total) in progress.items():
+            typer.echo(f"  {name}: {done} of {total} rows done")
+        if all(done == total for done, total in progress.values()):
+            return  # stopped, but nothing was left to do
+        typer.echo("stopped with work left; rerun the same command to resume")
+        if stopped.signum == signal.SIGTERM:
+            typer.secho("interrupted", err=True, fg="yellow")
+            raise typer.Exit(128 + signal.SIGTERM) from None
+        raise typer.Exit(130) from None  # the host prints `interrupted`
     finally:
         wh.close()
 

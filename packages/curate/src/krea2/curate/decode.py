@@ -76,10 +76,12 @@ class _Timeout(Exception):
 
 @contextlib.contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise ``DecodeError('timeout')`` if the body runs longer than ``seconds``.
+    """Raise ``DecodeError('timeout')`` if the body uses more than ``seconds`` of CPU time.
 
-    Uses SIGALRM, so it is enforced only on the main thread (elsewhere it is a no-op);
-    Pillow decodes in Python-level chunks, so the alarm lands between chunks.
+    CPU time of this process (``ITIMER_PROF``), not wall time, so a busy machine slows a
+    decode without timing it out. Uses SIGPROF, so it is enforced only on the main thread
+    (elsewhere it is a no-op); Pillow decodes in Python-level chunks, so the signal lands
+    between chunks (``krea2.curate.isolation`` bounds a child stuck in C code).
     """
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
@@ -88,15 +90,15 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     def _raise(signum: int, frame: object) -> None:
         raise _Timeout
 
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, _raise)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     except _Timeout:
-        raise DecodeError("timeout", f"decode took longer than {seconds} s") from None
+        raise DecodeError("timeout", f"decode used more than {seconds} s of CPU time") from None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def _target_size(width: int, height: int, analysis_size: int) -> tuple[int, int]:

@@ -32,10 +32,17 @@ def analyze_uri(args: tuple[str, CurateConfig]) -> dict[str, Any]:
     return {k: row.get(k) for k in ANALYZE_RESULTS}
 
 
+# decode_error of an image whose isolated child ran out of time or died, on both attempts
+ISOLATION_ERRORS = {"IsolationTimeout": "timeout", "WorkerCrash": "crashed"}
+
+
 class AnalyzeHandler:
     """Batch handler of ``images.analyze``. Decodes run in ``processes`` isolated children
-    (time bound ``timeout_s``, address space ``memory_mb``); a child that does not answer
-    gives that image ``decode_error = 'timeout'``. Unreadable URIs fail the row (retried)."""
+    (``cfg.decode.max_seconds`` of CPU time per image, 3× that of wall time once a ready
+    child has it, address space ``memory_mb``); an image whose child runs out of time or
+    dies twice, in fresh children, gets ``decode_error`` 'timeout' or 'crashed' (reject
+    ``broken``; ``retry_isolation_failures`` queues them again). Unreadable URIs fail the row
+    (retried)."""
 
     cfg: ClassVar[CurateConfig] = CurateConfig()
     processes: ClassVar[int] = 1
@@ -47,7 +54,7 @@ class AnalyzeHandler:
         from krea2.infra.metrics import counter
 
         # Compiled here first, so the children load the machine code instead of each
-        # compiling it while an image's time bound runs.
+        # compiling it (their start-up is never counted against an image anyway).
         warm_up()
         timeout = self.cfg.decode.max_seconds
         self.pool = IsolatedPool(self.processes, timeout, self.memory_mb, warm_up=warm_up)
@@ -56,15 +63,13 @@ class AnalyzeHandler:
         )
 
     def __call__(self, rows: list[dict]) -> list[dict | Exception]:
-        from krea2.curate.isolation import IsolationTimeout
-
         out: list[dict | Exception] = []
         results = self.pool.map(analyze_uri, [(r["uri"], self.cfg) for r in rows])
         for row, res in zip(rows, results, strict=True):
-            if isinstance(res, IsolationTimeout):
+            if (error := ISOLATION_ERRORS.get(type(res).__name__)) is not None:
                 res = {k: None for k in ANALYZE_RESULTS} | {
                     "md5": "",
-                    "decode_error": "timeout",
+                    "decode_error": error,
                     "reject": "broken",
                     "reason": str(res),
                 }

@@ -20,6 +20,8 @@ from krea2.curate.plugins import check_plugin, load_object
 from krea2.curate.stages import (
     COLUMNS,
     KEY,
+    STAGE_NAMES,
+    STAGES_BY_NAME,
     TABLE,
     Stage,
     StageKind,
@@ -117,6 +119,51 @@ def run_worker(
         single_threaded()
     worker = Worker(wh, TABLE, stage.name, handler, batch_size=batch_size, lease_s=lease_s)
     return worker.run(until_empty=not follow, install_signals=install_signals)
+
+
+def stage_progress(wh: Warehouse, names: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+    """``{stage: (done, total)}`` for the stages called ``names`` (default: all), read from
+    the warehouse: ``total`` rows match the stage's ``when``, ``done`` of them carry its first
+    result column. A stage is complete when ``done == total``; an interrupted or crashed run
+    leaves ``done < total`` until a rerun finishes it."""
+    reader = wh.reader()
+    out: dict[str, tuple[int, int]] = {}
+    for s in stages_named(names if names is not None else STAGE_NAMES):
+        todo, done = s.progress_filters()
+        out[s.name] = (reader.count(TABLE, done), reader.count(TABLE, todo))
+    return out
+
+
+def is_complete(wh: Warehouse, names: Sequence[str]) -> bool:
+    """True when every stage called ``names`` has done all its rows (``stage_progress``)."""
+    return all(done == total for done, total in stage_progress(wh, names).values())
+
+
+# analyze's decode_error of an image whose isolated child ran out of time or died, twice
+ISOLATION_FAILURES = ("timeout", "crashed")
+
+
+def isolation_failures(wh: Warehouse) -> int:
+    """Rows the analyze job gave up on after their child ran out of time or died twice
+    (reject ``broken``; ``retry_isolation_failures`` queues them again)."""
+    reader = wh.reader()
+    return sum(reader.count(TABLE, [["decode_error", "=", e]]) for e in ISOLATION_FAILURES)
+
+
+def retry_isolation_failures(wh: Warehouse) -> int:
+    """Clear the analyze results of rows that timed out or crashed (a verdict of the machine's
+    load as much as of the image), so the next analyze run claims them again; returns how
+    many. Later stages never saw these rows (they were rejected), so nothing else changes."""
+    cols = [KEY]
+    keys = [
+        r[KEY] for e in ISOLATION_FAILURES for r in scan_all(wh, [["decode_error", "=", e]], cols)
+    ]
+    if keys:
+        cleared = dict.fromkeys(STAGES_BY_NAME["analyze"].columns)
+        with wh.funnel() as f:
+            f.patch(TABLE, [{KEY: k, **cleared} for k in keys])
+            f.flush()
+    return len(keys)
 
 
 def check_stages(
