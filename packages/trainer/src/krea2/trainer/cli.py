@@ -83,7 +83,8 @@ def pma(
     every: int = typer.Option(0, "--every", help="take checkpoints at multiples of K steps"),
     out: Path = typer.Option(..., "--out", help="output weights (.safetensors, released keys)"),
 ) -> None:
-    """Average the last N checkpoints (PMA).
+    """Average the last N checkpoints (PMA) into released-key safetensors that record the
+    run's text conditioning, prediction type and time shift.
 
     Example: krea2 train pma runs/toy --stage pretrain --last 4 --every 100 --out pma.safetensors
     """
@@ -101,8 +102,12 @@ def merge(
         ..., "--config", help="the job config the sources were trained with"
     ),
     out: Path = typer.Option(..., "--out", help="output weights (.safetensors)"),
+    stage: str = typer.Option(
+        None, "--stage", help="stage whose settings are recorded (default: the folders' stage)"
+    ),
 ) -> None:
-    """Merge domain checkpoints (uniform or weighted) into one.
+    """Merge domain checkpoints (uniform or weighted) into one, recording the run's text
+    conditioning, prediction type and time shift in the file.
 
     Example: krea2 train merge runs/a/checkpoints/sft/step-000000999
     runs/b/checkpoints/sft/step-000000999 --weights 0.7,0.3 --config job.toml
@@ -111,5 +116,39 @@ def merge(
     from krea2.trainer.merge import merge_to_file
 
     w = [float(x) for x in weights.split(",")] if weights else None
-    merge_to_file(sources, w, config, out)
+    merge_to_file(sources, w, config, out, stage)
     typer.echo(f"merged {len(sources)} checkpoints into {out}")
+
+
+@app.command()
+def sample(
+    run_dir: Path = typer.Argument(..., help="a run directory of krea2 train (holds config.toml)"),
+    prompt: list[str] = typer.Option(..., "--prompt", "-p", help="a prompt (repeatable)"),
+    out: Path = typer.Option(..., "--out", help="output folder for grid.png and the images"),
+    stage: str = typer.Option(
+        None, "--stage", help="stage to sample (default: the last one with a checkpoint)"
+    ),
+    step: str = typer.Option("latest", "--step", help="checkpoint step, or latest"),
+    seeds: str = typer.Option("0", "--seeds", help="comma-separated seeds, one column each"),
+    steps: int = typer.Option(20, "--steps", help="Euler sampling steps"),
+    cfg: float = typer.Option(2.0, "--cfg", help="classifier-free guidance scale (0: off)"),
+) -> None:
+    """Sample a run's checkpoint with the run's own text conditioning, prediction type and
+    time shift (what krea2 dit sample cannot rebuild, e.g. the toy's word table); writes
+    OUT/grid.png with the prompts under each row, and one PNG per image.
+
+    Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "a red circle in the
+    top left" --seeds 0,1 --steps 20 --out samples/
+    """
+    from krea2.infra.errors import UserError
+    from krea2.trainer.inference import sample_run
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"--seeds {seeds!r} must be comma-separated whole numbers") from None
+    if step != "latest" and not step.isdigit():
+        raise UserError(f"--step {step!r} must be a checkpoint step number or 'latest'")
+    at = None if step == "latest" else int(step)
+    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg)
+    typer.echo(f"wrote {len(prompt) * len(seed_list)} images and {grid}")

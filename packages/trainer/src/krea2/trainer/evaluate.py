@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -80,10 +81,12 @@ def sample_grid(
     steps: int,
     cfg_scale: float,
     mu: float,
+    on_step: Callable[[], None] | None = None,
 ) -> np.ndarray:
     """Images for every (prompt, seed), uint8 [len(prompts), len(seeds), H, W, 3].
 
     Every rank runs the same sampling (FSDP and TP need all ranks in each forward).
+    ``on_step()`` is called after each of the ``steps * len(seeds)`` Euler steps.
     """
     from krea2.dit import flow
     from krea2.dit.pixel_ae import to_uint8
@@ -106,27 +109,60 @@ def sample_grid(
     rows = []
     for seed in seeds:
         noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
-        x0 = euler_sample(velocity, noise, flow.sampling_times(steps, mu))
+        x0 = euler_sample(
+            velocity,
+            noise,
+            flow.sampling_times(steps, mu),
+            on_step=None if on_step is None else lambda _i, _x: on_step(),
+        )
         rows.append(to_uint8(ae.decode(x0.float())).numpy())
     module.train(was_training)
     return np.stack(rows, axis=1)
 
 
-def save_grid(images: np.ndarray, prompts: list[str], path: Path) -> Path:
-    """Write a PNG grid (rows = prompts, columns = seeds) and the prompts as JSON beside it."""
-    from PIL import Image
+def save_grid(images: np.ndarray, prompts: list[str], path: Path, info: dict | None = None) -> Path:
+    """Write a PNG grid (rows = prompts, columns = seeds) with each row's prompt written
+    under it, and the prompts (plus ``info``) as JSON beside it.
+
+    ``images``: uint8 [len(prompts), seeds, H, W, 3]; tiles are scaled up (nearest) to about
+    256 px so toy images and their captions stay readable.
+    """
+    from PIL import Image, ImageDraw, ImageFont
 
     n, s, h, w, _ = images.shape
-    pad = 2
-    canvas = np.full((n * (h + pad) + pad, s * (w + pad) + pad, 3), 255, dtype=np.uint8)
+    scale = max(1, 256 // max(h, w))
+    tile_h, tile_w, pad = h * scale, w * scale, 4
+    width = s * (tile_w + pad) + pad
+    font = ImageFont.load_default(size=14)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    captions = [_wrap(p, width - 2 * pad, measure, font) for p in prompts]
+    line_h = 18
+    height = pad + sum(tile_h + pad + line_h * len(c) + pad for c in captions)
+    canvas = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    y = pad
     for i in range(n):
         for j in range(s):
-            y, x = pad + i * (h + pad), pad + j * (w + pad)
-            canvas[y : y + h, x : x + w] = images[i, j]
+            tile = Image.fromarray(images[i, j]).resize((tile_w, tile_h), Image.Resampling.NEAREST)
+            canvas.paste(tile, (pad + j * (tile_w + pad), y))
+        y += tile_h + pad
+        for line in captions[i]:
+            draw.text((pad, y), line, fill=(0, 0, 0), font=font)
+            y += line_h
+        y += pad
     path.parent.mkdir(parents=True, exist_ok=True)
-    scale = max(1, 256 // max(h, w))
-    Image.fromarray(canvas).resize(
-        (canvas.shape[1] * scale, canvas.shape[0] * scale), Image.Resampling.NEAREST
-    ).save(path)
-    path.with_suffix(".json").write_text(json.dumps({"prompts": prompts}, indent=1) + "\n")
+    canvas.save(path)
+    record = {"prompts": prompts, **(info or {})}
+    path.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     return path
+
+
+def _wrap(text: str, width_px: int, draw, font) -> list[str]:
+    """``text`` broken at spaces into lines at most ``width_px`` wide (a long word alone)."""
+    lines: list[str] = []
+    for word in text.split() or [""]:
+        if lines and draw.textlength(f"{lines[-1]} {word}", font=font) <= width_px:
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    return lines

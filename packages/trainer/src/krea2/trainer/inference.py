@@ -1,29 +1,62 @@
-"""Use a trained job after the fact: a stage's final weights as a module, and its samples.
+"""Use a trained job after the fact: a stage's weights as a module, its samples, and the
+record of how its weights are to be sampled.
 
-The demo and notebooks sample from a finished (or untrained) stage exactly the way the
-trainer's own sample grids do: same module (text conditioner included), same autoencoder,
-same time shift.
+``krea2 train sample`` and the demo sample a run exactly the way the trainer's own sample
+grids do: the same module (the run's text conditioner included, e.g. its learned word
+table), the same autoencoder, prediction type and time shift.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from krea2.infra.checkpoint_layout import scan_checkpoints
 from krea2.infra.errors import UserError
 from krea2.trainer.build import TrainModule, build_autoencoder, build_module, dit_config
-from krea2.trainer.config import JobConfig
+from krea2.trainer.config import (
+    CheckpointingMode,
+    Float8Recipe,
+    JobConfig,
+    Prediction,
+    StageConfig,
+    load_job,
+)
 from krea2.trainer.distributed import init_distributed
-from krea2.trainer.evaluate import sample_grid
+from krea2.trainer.evaluate import sample_grid, save_grid
 from krea2.trainer.objective import stage_mu
+from krea2.trainer.text import LEARNED, text_encoder_spec
+from krea2.trainer.validate import autoencoder_spec
+
+# How krea2.dit's conditioning record names the trainer's learned word table: only a run's
+# own module (krea2 train sample) can rebuild it.
+WORDS_SPEC = f"trainer:{LEARNED}"
 
 
-def load_stage_module(job: JobConfig, stage_index: int, trained: bool = True) -> TrainModule:
-    """The module of ``job.stages[stage_index]`` in eval mode: with the newest complete
-    checkpoint of that stage (``trained``), or the seeded initialization the job starts from.
+def stage_root(job: JobConfig, stage: StageConfig) -> Path:
+    """The directory holding ``stage``'s ``step-*`` checkpoints."""
+    return Path(job.run_dir) / "checkpoints" / stage.name
 
-    Raises ``UserError`` when a trained module is asked for and the stage has no checkpoint.
+
+def checkpoint_steps(job: JobConfig, stage_index: int) -> list[int]:
+    """The steps of ``job.stages[stage_index]``'s complete checkpoints, oldest first."""
+    return [
+        e.step for e in scan_checkpoints(stage_root(job, job.stages[stage_index])) if e.complete
+    ]
+
+
+def load_stage_module(
+    job: JobConfig, stage_index: int, trained: bool = True, step: int | None = None
+) -> TrainModule:
+    """The module of ``job.stages[stage_index]`` in eval mode: with the checkpoint of
+    ``step`` (None: the newest complete one) of that stage (``trained``), or the seeded
+    initialization the job starts from.
+
+    Raises ``UserError`` when a trained module is asked for and the stage has no checkpoint
+    (of that step). Reading never moves or changes a checkpoint.
     """
     import torch.distributed.checkpoint.state_dict as sd
 
@@ -32,14 +65,21 @@ def load_stage_module(job: JobConfig, stage_index: int, trained: bool = True) ->
     stage = job.stages[stage_index]
     module = build_module(job, stage, init_distributed(job))
     if trained:
-        state = {"model": sd.get_model_state_dict(module)}
-        root = Path(job.run_dir) / "checkpoints" / stage.name
-        try:
-            CheckpointManager(root).load(state)
-        except FileNotFoundError as exc:
+        root = stage_root(job, stage)
+        steps = checkpoint_steps(job, stage_index)
+        if not steps:
             raise UserError(
                 f"stage {stage.name!r} has no complete checkpoint under {root}; train it first"
-            ) from exc
+            )
+        if step is None:
+            step = steps[-1]
+        elif step not in steps:
+            raise UserError(
+                f"stage {stage.name!r} has no complete checkpoint of step {step} under {root}; "
+                f"its checkpoints are steps {steps}"
+            )
+        state = {"model": sd.get_model_state_dict(module)}
+        CheckpointManager(root).load(state, step=step)
         sd.set_model_state_dict(module, state["model"])
     return module.eval()
 
@@ -52,14 +92,139 @@ def sample_stage(
     steps: int,
     cfg_scale: float,
     trained: bool = True,
+    step: int | None = None,
 ) -> np.ndarray:
     """uint8 images [len(prompts), len(seeds), side, side, 3] at the stage's resolution,
-    sampled with the stage's time shift (Euler, ``steps`` steps, CFG ``cfg_scale``)."""
+    sampled with the stage's time shift (Euler, ``steps`` steps, CFG ``cfg_scale``) from its
+    checkpoint of ``step`` (None: the newest)."""
+    module = load_stage_module(job, stage_index, trained, step)
+    return sample_module(job, stage_index, module, prompts, seeds, steps, cfg_scale)
+
+
+def sample_module(
+    job: JobConfig,
+    stage_index: int,
+    module: TrainModule,
+    prompts: list[str],
+    seeds: list[int],
+    steps: int,
+    cfg_scale: float,
+    on_step: Callable[[], None] | None = None,
+) -> np.ndarray:
+    """:func:`sample_stage` with the stage's module already loaded; ``on_step()`` follows
+    each of the ``steps * len(seeds)`` Euler steps."""
     stage = job.stages[stage_index]
-    module = load_stage_module(job, stage_index, trained)
     device = next(module.parameters()).device
     ae = build_autoencoder(job.model, device)
     side = stage.resolution
     tokens = (side // (ae.spatial_factor * dit_config(job, stage).patch)) ** 2
     mu = stage_mu(stage.time_shift, tokens)
-    return sample_grid(module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu)
+    return sample_grid(module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu, on_step)
+
+
+def conditioning_record(job: JobConfig, stage: StageConfig | None) -> dict[str, Any]:
+    """How weights of ``job`` (trained in ``stage``; None: a stage is not known) are to be
+    sampled, as ``krea2.dit.weights``' conditioning record: the text encoder's registry spec
+    (``trainer:words`` for the learned word table), the prediction type, the fixed time
+    shift (None: the resolution rule), the text length and the autoencoder. Without a
+    stage the shift is the stages' common one; UserError when they differ."""
+    spec = text_encoder_spec(job.text)
+    shifts = {s.time_shift for s in ([stage] if stage is not None else job.stages)}
+    if len(shifts) > 1:
+        names = [s.name for s in job.stages]
+        raise UserError(
+            f"the job's stages {names} sample with different time shifts "
+            f"{sorted(map(str, shifts))}; name the stage the weights come from (--stage)"
+        )
+    record: dict[str, Any] = {
+        "text_encoder": WORDS_SPEC if spec == LEARNED else spec,
+        "prediction": job.model.prediction.value,
+        "shift": shifts.pop(),
+        "text_tokens": job.text.max_tokens,
+        "autoencoder": autoencoder_spec(job.model),
+    }
+    if job.model.prediction is not Prediction.VELOCITY:
+        record["x0_min_t"] = job.model.x0_min_t
+    return record
+
+
+def load_run(run_dir: Path) -> JobConfig:
+    """The resolved job config saved in ``run_dir``, set up for sampling in one process
+    (no tensor parallelism, no float8, compile or activation checkpointing), with
+    ``run_dir`` pointing where the run is now."""
+    path = Path(run_dir) / "config.toml"
+    if not path.is_file():
+        raise UserError(
+            f"{run_dir} has no config.toml; point at the run_dir of a krea2 train job "
+            "(e.g. runs/toy-pretrain)"
+        )
+    job = load_job(path, ["parallel.tp=1", "parallel.dp=0"])
+    job.run_dir = Path(run_dir)
+    for stage in job.stages:
+        stage.float8 = Float8Recipe.NONE
+        stage.compile = False
+        stage.checkpointing = CheckpointingMode.NONE
+    return job
+
+
+def pick_stage(job: JobConfig, name: str | None) -> int:
+    """The index of the stage ``name``; None: the last stage that has a checkpoint."""
+    names = [s.name for s in job.stages]
+    if name is None:
+        with_checkpoints = [i for i in range(len(names)) if checkpoint_steps(job, i)]
+        if not with_checkpoints:
+            raise UserError(
+                f"no stage of {job.run_dir} ({names}) has a complete checkpoint yet; "
+                "train first or wait for the first checkpoint"
+            )
+        return with_checkpoints[-1]
+    if name not in names:
+        raise UserError(f"--stage {name!r} is not a stage of {job.run_dir}; its stages: {names}")
+    return names.index(name)
+
+
+def sample_run(
+    run_dir: Path,
+    prompts: list[str],
+    out: Path,
+    stage: str | None = None,
+    step: int | None = None,
+    seeds: list[int] | None = None,
+    steps: int = 20,
+    cfg_scale: float = 2.0,
+) -> Path:
+    """Sample a run's checkpoint the way its trainer does and write ``out/grid.png`` (the
+    prompts written under their rows, settings in ``grid.json``) and one PNG per image,
+    ``p<row>-s<seed>.png``. Shows progress (a bar on a terminal). Returns the grid's path."""
+    from PIL import Image
+
+    from krea2.infra.progress import progress
+
+    if not prompts:
+        raise UserError("give at least one --prompt")
+    seeds = seeds or [0]
+    job = load_run(run_dir)
+    index = pick_stage(job, stage)
+    available = checkpoint_steps(job, index)
+    if step is None and available:
+        step = available[-1]
+    name = job.stages[index].name
+    module = load_stage_module(job, index, trained=True, step=step)
+    with progress(f"sample {name}", steps * len(seeds), unit="step") as bar:
+        images = sample_module(
+            job, index, module, prompts, seeds, steps, cfg_scale, on_step=bar.advance
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(len(prompts)):
+        for j, seed in enumerate(seeds):
+            Image.fromarray(images[i, j]).save(out / f"p{i:02d}-s{seed}.png")
+    info = {
+        "run_dir": str(run_dir),
+        "stage": name,
+        "step": step,
+        "seeds": seeds,
+        "steps": steps,
+        "cfg": cfg_scale,
+        "conditioning": conditioning_record(job, job.stages[index]),
+    }
+    return save_grid(images, prompts, out / "grid.png", info)

@@ -101,20 +101,36 @@ def save_dit(
     state: dict[str, torch.Tensor], job_config: Path, out: Path, stage: str | None = None
 ) -> Path:
     """Write averaged weights as a released-format safetensors of the job's DiT (with the
-    patch of the job's stage named ``stage``, when given)."""
+    patch of the job's stage named ``stage``, when given), recording in its metadata how
+    they are to be sampled (``krea2.trainer.inference.conditioning_record``), so
+    ``krea2 dit sample`` uses the run's settings or refuses what it cannot rebuild."""
     from krea2.dit.model import Krea2DiT
     from krea2.dit.weights import save_weights
-    from krea2.infra.config import load_config
     from krea2.trainer.build import dit_config
-    from krea2.trainer.config import JobConfig
+    from krea2.trainer.config import load_job
+    from krea2.trainer.inference import conditioning_record
 
-    cfg = load_config(JobConfig, job_config)
+    cfg = load_job(job_config)
+    names = [st.name for st in cfg.stages]
+    if stage is not None and stage not in names:
+        raise UserError(f"stage {stage!r} is not a stage of {job_config}; its stages: {names}")
     spec = next((st for st in cfg.stages if st.name == stage), None)
     model = Krea2DiT(dit_config(cfg, spec))
     model.load_state_dict(state, strict=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_weights(model, str(out))
+    save_weights(model, str(out), conditioning=conditioning_record(cfg, spec))
     return out
+
+
+def source_stage(sources: list[Path]) -> str | None:
+    """The stage that checkpoint step folders ``<run>/checkpoints/<stage>/step-N`` come
+    from, when they all name one; None otherwise (e.g. safetensors files)."""
+    stages = {
+        Path(s).parent.name
+        for s in sources
+        if Path(s).name.startswith("step-") and Path(s).parent.parent.name == "checkpoints"
+    }
+    return stages.pop() if len(stages) == 1 and len(sources) > 0 else None
 
 
 def pma_from_run(run_dir: Path, stage: str, last: int, every: int, out: Path) -> list[int]:
@@ -126,6 +142,13 @@ def pma_from_run(run_dir: Path, stage: str, last: int, every: int, out: Path) ->
 
 
 def merge_to_file(
-    sources: list[Path], weights: list[float] | None, job_config: Path, out: Path
+    sources: list[Path],
+    weights: list[float] | None,
+    job_config: Path,
+    out: Path,
+    stage: str | None = None,
 ) -> Path:
-    return save_dit(average([Path(s) for s in sources], weights), job_config, out)
+    """Merge ``sources`` into ``out``; the stage whose settings are recorded is ``stage``,
+    else the one the step folders name (see :func:`source_stage`)."""
+    sources = [Path(s) for s in sources]
+    return save_dit(average(sources, weights), job_config, out, stage or source_stage(sources))
