@@ -189,3 +189,21 @@ def test_malformed_diffusers_config_names_the_file(model, tmp_path):
     (folder / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"config\.json is not valid JSON"):
         read_checkpoint(folder)
+
+
+def test_convert_keeps_the_conditioning_record(model, tmp_path):
+    record = {"text_encoder": "trainer:words", "prediction": "x0", "shift": 0.5}
+    src = save_weights(model, tmp_path / "run.safetensors", conditioning=record)
+    folder = convert(src, tmp_path / "d", to="diffusers")
+    back = convert(folder, tmp_path / "back.safetensors", to="krea")
+    assert read_conditioning(folder) == read_conditioning(back) == read_conditioning(src)
+
+
+def test_a_training_checkpoint_folder_is_not_weights(tmp_path):
+    step = tmp_path / "runs" / "toy" / "checkpoints" / "sft" / "step-000000049"
+    step.mkdir(parents=True)
+    (step / "__0_0.distcp").write_bytes(b"")
+    for read in (from_pretrained, read_conditioning):
+        with pytest.raises(CheckpointError, match="training checkpoint") as e:
+            read(step)
+        assert f"krea2 train pma {tmp_path / 'runs' / 'toy'} --stage sft" in str(e.value)

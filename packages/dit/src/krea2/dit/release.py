@@ -10,7 +10,6 @@ Two layouts are read. The diffusers pipeline layout: `transformer/`, `text_encod
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,29 +135,3 @@ def _object(path: Path) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise CheckpointError(f"{path} is not a JSON object")
     return d
-
-
-_STEP_DIR = re.compile(r"^step-\d+$")
-
-
-def is_training_checkpoint(path: str | Path) -> bool:
-    """Whether `path` is a distributed (DCP) training checkpoint folder, e.g. a run's
-    `checkpoints/STAGE/step-N`, rather than DiT weights."""
-    path = Path(path)
-    if not path.is_dir():
-        return False
-    has_dcp = (path / ".metadata").exists() or any(path.glob("*.distcp"))
-    return has_dcp or bool(_STEP_DIR.match(path.name))
-
-
-def training_checkpoint_error(path: str | Path) -> CheckpointError:
-    """The refusal for a DCP folder passed as weights, with the commands that do sample it."""
-    path = Path(path)
-    run, stage = "RUN_DIR", "STAGE"
-    if path.parent.parent.name == "checkpoints":
-        run, stage = str(path.parent.parent.parent), path.parent.name
-    return CheckpointError(
-        f"{path} is a training checkpoint (DCP), not DiT weights; sample it with "
-        f"`krea2 train sample {run} --stage {stage} --prompt ...`, or export weights with "
-        f"`krea2 train pma {run} --stage {stage} --out model.safetensors`"
-    )

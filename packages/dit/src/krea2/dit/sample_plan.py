@@ -17,12 +17,8 @@ from typing import Any
 from krea2.dit.components import ComponentSpec, parse_autoencoder, parse_text_encoder
 from krea2.dit.flow import TURBO_MU, TimeShift
 from krea2.dit.generation import PREDICTIONS
-from krea2.dit.release import (
-    is_training_checkpoint,
-    read_model_folder,
-    training_checkpoint_error,
-)
-from krea2.dit.weights import CheckpointError, read_conditioning
+from krea2.dit.release import read_model_folder
+from krea2.dit.weights import read_conditioning
 from krea2.infra.errors import UserError
 
 DEFAULT_TEXT_ENCODER = "tiny"
@@ -71,11 +67,7 @@ def plan_sample(
         raise UserError("pass --model FOLDER (a whole model) or --weights FILE (a DiT)")
     folder = read_model_folder(model) if model is not None else None
     path = Path(weights) if weights is not None else folder.transformer
-    if is_training_checkpoint(path):
-        raise training_checkpoint_error(path)
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    record = read_conditioning(path) or {}
+    record = read_conditioning(path) or {}  # refuses missing paths and training checkpoints
     text = _text_encoder(path, record, text_encoder, folder.text_encoder if folder else None)
     ae = autoencoder or record.get("autoencoder")
     ae = ae or (folder.autoencoder if folder else None) or DEFAULT_AUTOENCODER

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,32 @@ DIFFUSERS_INDEX = "diffusion_pytorch_model.safetensors.index.json"
 
 class CheckpointError(UserError):
     """A checkpoint that does not fit the model (keys, shapes, dtypes) or cannot be read."""
+
+
+_STEP_DIR = re.compile(r"^step-\d+$")
+
+
+def is_training_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is a distributed (DCP) training checkpoint folder, e.g. a run's
+    `checkpoints/STAGE/step-N`, rather than DiT weights."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    has_dcp = (path / ".metadata").exists() or any(path.glob("*.distcp"))
+    return has_dcp or bool(_STEP_DIR.match(path.name))
+
+
+def training_checkpoint_error(path: str | Path) -> CheckpointError:
+    """The refusal for a DCP folder passed as weights, with the commands that do sample it."""
+    path = Path(path)
+    run, stage = "RUN_DIR", "STAGE"
+    if path.parent.parent.name == "checkpoints":
+        run, stage = str(path.parent.parent.parent), path.parent.name
+    return CheckpointError(
+        f"{path} is a training checkpoint (DCP), not DiT weights; sample it with "
+        f"`krea2 train sample {run} --stage {stage} --prompt ...`, or export weights with "
+        f"`krea2 train pma {run} --stage {stage} --out model.safetensors`"
+    )
 
 
 def json_file(path: Path) -> Any:
@@ -59,6 +86,8 @@ def read_checkpoint(
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if is_training_checkpoint(path):
+        raise training_checkpoint_error(path)
     cfg = None
     if path.is_dir():
         conf = path / "config.json"
@@ -173,8 +202,14 @@ def _weights_file(path: Path) -> Path:
 
 def read_conditioning(path: str | Path) -> dict[str, Any] | None:
     """The conditioning record (see `check_conditioning`) of a checkpoint file or diffusers
-    folder, or None when it records none (released and converted weights)."""
-    file = _weights_file(Path(path))
+    folder, or None when it records none (released weights). CheckpointError for a missing
+    path or a training checkpoint folder."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if is_training_checkpoint(path):
+        raise training_checkpoint_error(path)
+    file = _weights_file(path)
     try:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
@@ -323,11 +358,12 @@ def save_weights(
 
 
 def convert(src: str | Path, dst: str | Path, to: str) -> Path:
-    """Convert a checkpoint file/folder to `to` = "diffusers" (folder) or "krea" (file)."""
+    """Convert a checkpoint file/folder to `to` = "diffusers" (folder) or "krea" (file),
+    keeping its conditioning record."""
     sd, cfg = read_checkpoint(src)
     if cfg is None:
         cfg = infer_config(sd)
-    return save_weights(sd, dst, format=to, config=cfg)
+    return save_weights(sd, dst, format=to, config=cfg, conditioning=read_conditioning(src))
 
 
 def _diffusers_version() -> str:
@@ -344,6 +380,7 @@ __all__ = [
     "detect_format",
     "from_pretrained",
     "infer_config",
+    "is_training_checkpoint",
     "load_weights",
     "read_checkpoint",
     "read_conditioning",
