@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import signal
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -79,8 +80,21 @@ def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
         return [fn(x) for x in items]
     chunk = max(1, len(items) // (8 * workers))
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        return list(pool.map(fn, items, chunksize=chunk))
+    pool = ProcessPoolExecutor(workers, mp_context=ctx)
+    try:
+        # A terminal's Ctrl-C reaches every process of the group; only this one should
+        # handle it. A spawned child inherits an ignored SIGINT (and then Python installs
+        # no KeyboardInterrupt handler), so ignore it while the workers are started: the
+        # submits of ``map`` start them, without waiting for their imports.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            results = pool.map(fn, items, chunksize=chunk)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return list(results)
+    finally:
+        # On Ctrl-C, drop the queued chunks instead of rendering them all before exiting.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int = 1) -> dict:
