@@ -38,16 +38,23 @@ _MODULE_OF = {
     "build_tokenizer": "tokenizer",
     # flow (contract 5) and sampling
     "flow": None,
+    "TimeShift": "flow",
     "Velocity": "sampler",
     "dit_velocity": "sampler",
     "with_negative": "sampler",
     "with_cfg": "sampler",
+    "from_x0": "sampler",
     "euler_step": "sampler",
     "euler_sample": "sampler",
     "seeded_noise": "sampler",
     "generate": "generation",
     "save_pngs": "generation",
     "parse_size": "generation",
+    # what `dit sample` samples with: model folders and the weights' own record
+    "ModelFolder": "release",
+    "read_model_folder": "release",
+    "SamplePlan": "sample_plan",
+    "plan_sample": "sample_plan",
     # packing latents into tokens
     "patchify": "patches",
     "unpatchify": "patches",
@@ -62,6 +69,7 @@ _MODULE_OF = {
     "CONDITIONING_KEY": "weights",
     "check_conditioning": "weights",
     "read_conditioning": "weights",
+    "is_training_checkpoint": "weights",
     # plans the trainer applies
     "tp_plan": "parallel",
     "tp_partial_params": "parallel",
@@ -70,6 +78,7 @@ _MODULE_OF = {
     "set_activation_checkpointing": "checkpointing",
     "cost": "flops",
     "param_count": "flops",
+    "format_flops": "flops",
 }
 
 __all__ = ["__version__", *_MODULE_OF]
