@@ -150,3 +150,73 @@ def test_corpus_stays_under_the_memory_bound(corrupt_corpus, tmp_path: Path):
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert int(out.stdout.strip()) < 300, out.stdout
+
+
+def _rgba_png(rgba: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def _alpha_only_art(width: int, height: int) -> np.ndarray:
+    """White colour everywhere; the drawing (rings and bars) is only in the alpha channel."""
+    from PIL import ImageDraw
+
+    alpha = Image.new("L", (width, height), 0)
+    draw = ImageDraw.Draw(alpha)
+    for i in range(8):
+        r = 20 + 18 * i
+        draw.ellipse((width // 2 - r, height // 2 - r, width // 2 + r, height // 2 + r), outline=255, width=5)  # fmt: skip
+        draw.rectangle((20 + 40 * i, 20, 40 + 40 * i, 60 + 20 * i), fill=128 + 16 * i)
+    rgba = np.full((height, width, 4), 255, np.uint8)
+    rgba[:, :, 3] = np.asarray(alpha)
+    return rgba
+
+
+def test_artwork_that_lives_only_in_alpha_is_composited_on_black_and_kept():
+    from krea2.curate.decode import ALPHA_ON_BLACK
+    from krea2.curate.image_analysis import analyze_bytes
+
+    data = _rgba_png(_alpha_only_art(640, 480))
+    image = decode(data)
+    assert image.alpha == ALPHA_ON_BLACK
+    assert np.ptp(image.pixels) > 200  # a picture, not a blank page
+    analysis = analyze_bytes(data)
+    assert analysis.alpha == ALPHA_ON_BLACK and analysis.reject is None, analysis.reason
+
+
+def test_ordinary_transparency_is_composited_on_white_after_shrinking(real_photos):
+    from krea2.curate.decode import ALPHA_ON_WHITE
+
+    rgb = np.asarray(Image.open(io.BytesIO(real_photos["astronaut.png"])).convert("RGB"))
+    rgb = np.asarray(Image.fromarray(rgb).resize((2048, 2048)))
+    alpha = np.tile(np.linspace(0, 255, 2048).astype(np.uint8), (2048, 1))
+    image = decode(_rgba_png(np.dstack([rgb, alpha])))
+    assert image.alpha == ALPHA_ON_WHITE and image.pixels.shape == (256, 256, 3)
+    # the same as compositing at full size, then shrinking (up to rounding)
+    a = alpha[:, :, None] / 255.0
+    full = np.rint(rgb * a + 255.0 * (1 - a)).astype(np.uint8)
+    import cv2
+
+    expected = cv2.resize(full, (256, 256), interpolation=cv2.INTER_AREA)
+    assert np.abs(image.pixels.astype(int) - expected).max() <= 2
+
+
+def test_large_transparent_and_16_bit_images_are_shrunk_before_any_pixel_arithmetic():
+    """Memory as the witness: compositing or scaling at full size allocates float copies
+    (48 B per pixel before the fix); shrinking first leaves one copy of Pillow's buffer
+    (≤ 8 B per pixel)."""
+    import tracemalloc
+
+    w, h = 2400, 1600
+    rng = np.random.default_rng(0)
+    grey16 = Image.fromarray(rng.integers(0, 65535, (h, w), dtype=np.uint16))
+    buf = io.BytesIO()
+    grey16.save(buf, format="PNG", compress_level=1)
+    rgba = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+    for data in (_rgba_png(rgba), buf.getvalue()):
+        tracemalloc.start()
+        decode(data)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < 12 * w * h, peak / (w * h)

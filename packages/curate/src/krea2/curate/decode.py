@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from krea2.curate.config import DecodeLimits
 from krea2.curate.pixel_pass import frozen
@@ -51,9 +51,12 @@ class DecodedImage:
     """The one decode of an image.
 
     ``pixels``: (h, w, 3) uint8 RGB, C-contiguous and read-only (shared by every filter and
-    hash), EXIF orientation applied, alpha composited on white, longest side at most
+    hash), EXIF orientation applied, alpha composited (see ``alpha``), longest side at most
     ``analysis_size`` (never upscaled). ``width``/``height``: the
-    original (oriented) size in pixels, from the header.
+    original (oriented) size in pixels, from the header. ``alpha``: None for an image
+    without alpha, else how it was composited: ``ALPHA_ON_WHITE``, or ``ALPHA_ON_BLACK``
+    when the colour channels are uniform and the picture lives only in the alpha channel
+    (on white it would be a blank page).
     """
 
     pixels: np.ndarray
@@ -63,11 +66,19 @@ class DecodedImage:
     mode: str
     animated: bool
     orientation: int
+    alpha: str | None = None
 
     @property
     def scale(self) -> float:
         """Analysis pixels per original pixel along the longest side (≤ 1)."""
         return max(self.pixels.shape[:2]) / max(self.width, self.height)
+
+
+ALPHA_ON_WHITE = "on white"
+ALPHA_ON_BLACK = "on black: the picture is only in the alpha channel"
+# Alpha counts as the picture when compositing on white leaves every channel within this
+# many levels (the flat-colour filter's ±8) while alpha itself spans more.
+ALPHA_ONLY_SPREAD = 16
 
 
 class _Timeout(Exception):
@@ -109,26 +120,62 @@ def _target_size(width: int, height: int, analysis_size: int) -> tuple[int, int]
     return max(1, round(width * f)), max(1, round(height * f))
 
 
-def _to_rgb(img: Image.Image) -> np.ndarray:
-    """Any Pillow mode → (h, w, 3) uint8 RGB; alpha composited on white."""
+def _area_resize(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``arr`` (h, w[, c]) area-resized to ``size`` = (width, height), if it differs."""
+    if (arr.shape[1], arr.shape[0]) == size:
+        return arr
+    return cv2.resize(arr, size, interpolation=cv2.INTER_AREA)
+
+
+def _composite(premultiplied: np.ndarray) -> tuple[np.ndarray, str]:
+    """(h, w, c+1) uint8 premultiplied colour + alpha → ((h, w, c) composited, how).
+
+    On white, unless that leaves a blank page while alpha carries a picture: then on black
+    (premultiplied colour is the composite on black)."""
+    colour, alpha = premultiplied[:, :, :-1], premultiplied[:, :, -1:]
+    on_white = colour + (255 - alpha)  # premultiplied: colour <= alpha, so no overflow
+    blank = int(on_white.max()) - int(on_white.min()) <= ALPHA_ONLY_SPREAD
+    if blank and int(alpha.max()) - int(alpha.min()) > ALPHA_ONLY_SPREAD:
+        return np.ascontiguousarray(colour), ALPHA_ON_BLACK
+    return on_white, ALPHA_ON_WHITE
+
+
+def _to_rgb(img: Image.Image, size: tuple[int, int]) -> tuple[np.ndarray, str | None]:
+    """Any Pillow mode → ((height, width, 3) uint8 RGB at ``size`` = (width, height), alpha).
+
+    Shrinks before any per-pixel arithmetic: 16-bit grey is area-resized as uint16 and then
+    scaled (Pillow's convert("L") clips instead), alpha is premultiplied by Pillow and
+    area-resized, then composited (``_composite``): compositing the shrunk premultiplied
+    image equals shrinking the composite, at a fraction of the cost."""
     mode = img.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         arr = np.asarray(img)
-        # 16-bit and 32-bit grey: Pillow's convert("L") clips instead of scaling.
+        arr = _area_resize(arr if arr.dtype == np.uint16 else arr.astype(np.float32), size)
         arr = arr.astype(np.float64) / 257.0 if arr.max(initial=0) > 255 else arr
         grey = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
-        return np.repeat(grey[:, :, None], 3, axis=2)
-    has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
-        mode == "P" and "transparency" in img.info
-    )
-    if has_alpha:
-        rgba = np.asarray(img.convert("RGBA"), dtype=np.float32)
-        alpha = rgba[:, :, 3:4] / 255.0
-        rgb = rgba[:, :, :3] * alpha + 255.0 * (1.0 - alpha)
-        return np.rint(rgb).astype(np.uint8)
+        return np.repeat(grey[:, :, None], 3, axis=2), None
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in img.info):
+        if mode in ("P", "PA"):
+            img = img.convert("RGBA")  # Pillow premultiplies RGBA and LA only
+        if mode not in ("RGBa", "La"):
+            img = img.convert("La" if mode == "LA" else "RGBa")
+        rgb, how = _composite(_area_resize(np.asarray(img), size))
+        return (np.repeat(rgb, 3, axis=2) if rgb.shape[2] == 1 else rgb), how
     if mode != "RGB":
         img = img.convert("RGB")
-    return np.asarray(img)
+    return _area_resize(np.asarray(img), size), None
+
+
+# EXIF orientation → the transpose that undoes it (as ImageOps.exif_transpose)
+_ORIENTATION_FIX = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 
 
 def decode(data: bytes, limits: DecodeLimits = DecodeLimits()) -> DecodedImage:
@@ -176,14 +223,11 @@ def _decode(data: bytes, limits: DecodeLimits) -> DecodedImage:
         # DCT scaling: decode at 1/2, 1/4 or 1/8 while staying at or above the target.
         img.draft(img.mode, _target_size(w, h, limits.analysis_size))
     img.load()
-    if orientation != 1:
-        img = ImageOps.exif_transpose(img)
+    rgb, alpha = _to_rgb(img, _target_size(*img.size, limits.analysis_size))
+    if orientation in _ORIENTATION_FIX:  # on the small pixels, after the shrink
+        rgb = np.asarray(Image.fromarray(rgb).transpose(_ORIENTATION_FIX[orientation]))
         if orientation in (5, 6, 7, 8):
             w, h = h, w
-    rgb = _to_rgb(img)
-    tw, th = _target_size(rgb.shape[1], rgb.shape[0], limits.analysis_size)
-    if (tw, th) != (rgb.shape[1], rgb.shape[0]):
-        rgb = cv2.resize(rgb, (tw, th), interpolation=cv2.INTER_AREA)
     return DecodedImage(
         pixels=frozen(rgb),
         width=w,
@@ -192,4 +236,5 @@ def _decode(data: bytes, limits: DecodeLimits) -> DecodedImage:
         mode=mode,
         animated=animated,
         orientation=orientation,
+        alpha=alpha,
     )

@@ -27,13 +27,15 @@ class ImageAnalysis:
     ``filters``: one result per cheap filter (empty when the decode failed); ``reject``:
     the first failing filter's name (``truncated`` or ``broken`` for a failed decode)
     or ``None``.
-    Hashes are raw bytes: phash8 8 B, phash12 18 B, colorhash 6 B.
+    Hashes are raw bytes: phash8 8 B, phash12 18 B, colorhash 6 B. ``alpha``: how an image
+    with alpha was composited (``DecodedImage.alpha``), None without alpha.
     """
 
     md5: str
     width: int | None = None
     height: int | None = None
     format: str | None = None
+    alpha: str | None = None
     filters: list[FilterResult] = field(default_factory=list)
     hashes: dict[str, bytes] = field(default_factory=dict)
     decode_error: str | None = None
@@ -52,6 +54,7 @@ class ImageAnalysis:
             "width": self.width,
             "height": self.height,
             "format": self.format,
+            "alpha": self.alpha,
             "decode_error": self.decode_error,
             "reject": self.reject,
             "reason": self.reason,
@@ -83,7 +86,7 @@ def analyze_bytes(data: bytes, cfg: CurateConfig | None = None) -> ImageAnalysis
 def analyze_decoded(data: bytes, image: DecodedImage, cfg: CurateConfig) -> ImageAnalysis:
     """Everything after the decode of ``data``: md5, the cheap filters, the hashes."""
     out = ImageAnalysis(md5=md5(data), width=image.width, height=image.height)
-    out.format = image.format
+    out.format, out.alpha = image.format, image.alpha
     shared = planes(image.pixels)  # grey, histograms, colour counts, luma, scores: once
     out.filters = run_cheap_filters(image, cfg.thresholds(), shared)
     out.hashes = image_hashes(image.pixels, shared)

@@ -136,6 +136,7 @@ ANALYZE_COLUMNS: dict[str, str] = {
     "md5": "text",
     "bytes": "bigint",
     "format": "text",
+    "alpha": "text",  # how alpha was composited (decode.ALPHA_ON_*), NULL without alpha
     "width": "integer",
     "height": "integer",
     "decode_error": "text",
