@@ -38,9 +38,9 @@ def test_a_new_stage_starts_from_the_class_defaults():
 def test_bad_stage_overrides_name_the_key_and_the_fix(tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'max_aspect'"):
         load_curate_config(None, ["stages.256.max_aspekt=2.5"])
-    with pytest.raises(ConfigError, match="stages.256.max_aspect"):
+    with pytest.raises(ConfigError, match=r"stages\.256\.max_aspect"):
         load_curate_config(None, ["stages.256.max_aspect=wide"])
-    with pytest.raises(ConfigError, match="stages.<stage>.<threshold>"):
+    with pytest.raises(ConfigError, match=r"stages\.<stage>\.<threshold>"):
         load_curate_config(None, ["stages.max_aspect=2.5"])
     with pytest.raises(UserError, match="stage '2048' has no thresholds"):
         load_curate_config(None, [], stage="2048")

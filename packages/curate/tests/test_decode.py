@@ -166,7 +166,8 @@ def _alpha_only_art(width: int, height: int) -> np.ndarray:
     draw = ImageDraw.Draw(alpha)
     for i in range(8):
         r = 20 + 18 * i
-        draw.ellipse((width // 2 - r, height // 2 - r, width // 2 + r, height // 2 + r), outline=255, width=5)  # fmt: skip
+        box = (width // 2 - r, height // 2 - r, width // 2 + r, height // 2 + r)
+        draw.ellipse(box, outline=255, width=5)
         draw.rectangle((20 + 40 * i, 20, 40 + 40 * i, 60 + 20 * i), fill=128 + 16 * i)
     rgba = np.full((height, width, 4), 255, np.uint8)
     rgba[:, :, 3] = np.asarray(alpha)
