@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from krea2.infra import UserError
+from krea2.infra.progress import Progress, progress
 from krea2.pipeline.cli_runner import krea2, parallel
 
 
@@ -20,16 +22,49 @@ def stop_shards(out: Path) -> None:
     krea2("krablet", "down", "--data", str(out / "warehouse"))
 
 
+# The curate DAG as the demo runs it: (stage, extra options, worker processes or None for
+# the demo's count). Global passes (dedup, concepts) and the captioner run once.
+CURATE_RUNS: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
+    ("analyze", (), None),
+    ("dedup", (), 1),
+    ("ocr", (), None),
+    ("tags", ("--tagger", "shapes"), None),
+    ("concepts", (), 1),
+    ("captions", ("--captioner", "shapes"), 1),
+)
+
+
 def curate_pool(pool_dir: Path, cluster: Path, workers: int, log: Path) -> dict:
-    """Ingest the pool and run the curate DAG with ``workers`` processes per job."""
+    """Ingest the pool and run the curate DAG with ``workers`` processes per job.
+
+    Each stage shows its progress read from the warehouse, and must have done every one
+    of its rows before the next starts: a worker that stopped early (a signal, a crash)
+    exits non-zero, but the warehouse is the record, so it is checked too.
+    """
+    from krea2.curate import open_warehouse, stage_progress
+
     c = ["--cluster", str(cluster)]
     krea2("curate", "ingest", str(pool_dir), "--name", "pool", *c, log=log)
-    for stage, extra in (("analyze", []), ("ocr", []), ("tags", ["--tagger", "shapes"])):
-        parallel([["curate", "run", "--stages", stage, *extra, *c]] * workers, log)
-        if stage == "analyze":
-            krea2("curate", "run", "--stages", "dedup", *c, log=log)
-    krea2("curate", "run", "--stages", "concepts", *c, log=log)
-    krea2("curate", "run", "--stages", "captions", "--captioner", "shapes", *c, log=log)
+    wh = open_warehouse(str(cluster))
+    try:
+        for stage, extra, processes in CURATE_RUNS:
+            command = ["curate", "run", "--stages", stage, *extra, *c]
+            done, total = stage_progress(wh, [stage])[stage]
+            with progress(f"curate {stage}", total, unit="row", completed=done) as bar:
+
+                def poll(stage: str = stage, bar: Progress = bar) -> None:
+                    bar.update(*stage_progress(wh, [stage])[stage][:1])
+
+                parallel([command] * (processes or workers), log, poll=poll)
+                done, total = stage_progress(wh, [stage])[stage]
+                bar.update(done, total=total)
+            if done < total:
+                raise UserError(
+                    f"curate stage {stage!r} ended with {done} of {total} rows done; "
+                    "run the demo again with the same --out to finish it"
+                )
+    finally:
+        wh.close()
     return funnel(cluster, pool_dir / "labels.jsonl")
 
 
