@@ -1,5 +1,21 @@
-"""krea2.rl: its public API is built by the rl issues (#18, #19); nothing is exported yet."""
+"""krea2.rl: rewards and reward servers, preference pairs, Diffusion-DPO and STPO.
+
+Two parts, each a sub-package with its own ``__all__``:
+
+* ``krea2.rl.rewards``: the reward contract (images + prompts → one score per image and
+  named sub-scores), the reward kinds, their composition, and reward servers/clients;
+* ``krea2.rl.preference``: preference pairs (on-policy generation, the pairs table, the
+  annotation page) and preference optimization (Diffusion-DPO, STPO) on the trainer.
+"""
+
+from __future__ import annotations
+
+from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+_HOMES: dict[str, str | None] = {"rewards": None, "preference": None}
+
+__all__ = sorted(_HOMES)
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
