@@ -80,3 +80,27 @@ def test_metrics_reader_keeps_the_last_row_of_a_replayed_step(tmp_path):
     ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"kind": "tra')
     assert [r["loss"] for r in read_metrics(path)] == [3.0, 1.5]
+
+
+def test_plot_says_why_a_panel_is_empty_and_shows_grids_under_their_prompts(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    from krea2.trainer.evaluate import save_grid
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"kind": "train", "stage": "a", "step": s, "loss": 2.0 - 0.1 * s} for s in range(5)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    images = np.zeros((2, 1, 8, 8, 3), dtype=np.uint8)
+    save_grid(images, ["blob 1 in cell 2", "blob <7>"], run / "samples" / "a-000004.png")
+    krea2 = str(Path(sys.executable).parent / "krea2")
+    result = subprocess.run([krea2, "train", "plot", str(run)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    page = (run / "curves.html").read_text()
+    assert "held-out loss: no held-out set: no stage has eval_data" in page
+    assert "iREPA loss: iREPA was off" in page
+    assert "<li>blob 1 in cell 2</li>" in page and "<li>blob &lt;7&gt;</li>" in page

@@ -63,6 +63,33 @@ def train(
     run_job(config, set_, resume, dry_run)
 
 
+@app.command("toy-data")
+def toy_data(
+    out: Path = typer.Argument(..., help="folder for blobs-32/, blobs-32-eval/, blobs-64/, ..."),
+    rows: int = typer.Option(4096, "--rows", help="training rows per resolution"),
+    eval_rows: int = typer.Option(256, "--eval-rows", help="held-out rows per resolution"),
+    sides: str = typer.Option("32,64", "--sides", help="comma-separated image sides in px"),
+    seed: int = typer.Option(0, "--seed", help="draw seed (held-out rows use seed + 1)"),
+) -> None:
+    """Write the synthetic shards configs/toy/pretrain.toml trains on: numbered coloured
+    blobs in a 3x3 grid, captioned "blob K in cell C" (krea2.trainer.testing).
+
+    Example: krea2 train toy-data data/toy && krea2 train --config configs/toy/pretrain.toml
+    """
+    from krea2.infra.errors import UserError
+    from krea2.trainer.testing import write_toy_dataset
+
+    try:
+        side_list = tuple(int(s) for s in sides.split(","))
+    except ValueError:
+        raise UserError(f"--sides {sides!r} must be comma-separated whole numbers") from None
+    if rows < 1 or eval_rows < 1 or any(s < 8 for s in side_list):
+        raise UserError("--rows and --eval-rows must be positive and every side at least 8 px")
+    written = write_toy_dataset(out, side_list, rows, eval_rows, seed)
+    for name, n in written.items():
+        typer.echo(f"{n} rows in {out / name}")
+
+
 @app.command()
 def plot(
     run_dir: Path = typer.Argument(..., help="a run directory holding metrics.jsonl"),

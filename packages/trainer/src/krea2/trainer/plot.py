@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from pathlib import Path
 
 from krea2.infra.errors import UserError
@@ -20,9 +21,18 @@ def _series(rows: list[dict], kind: str, key: str) -> dict[str, tuple[list, list
     return out
 
 
+# What an empty panel means, said in the panel instead of leaving it blank.
+EMPTY_PANEL = {
+    "held-out loss": "no held-out set: no stage has eval_data",
+    "iREPA loss": "iREPA was off (irepa.steps = 0)",
+}
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> tuple[Path, Path]:
-    """Training loss (raw and smoothed), held-out loss, loss per time bucket, grad norm and
-    learning rate, one panel each; returns the PNG and HTML paths."""
+    """Training loss (raw and smoothed), held-out loss, loss per time bucket, grad norm,
+    learning rate and iREPA loss, one panel each (an empty one says why); and an HTML page
+    with the plot and the newest sample grids under their prompts. Returns the PNG and
+    HTML paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,6 +53,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> tuple[Path, Path]:
         ("iREPA loss", [("train", "irepa_loss")]),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    notes = []
     for ax, (title, keys) in zip(axes.flat, panels, strict=True):
         for kind, key in keys:
             for stage, (xs, ys) in _series(rows, kind, key).items():
@@ -60,28 +71,47 @@ def plot_run(run_dir: Path, out: Path | None = None) -> tuple[Path, Path]:
                     ax.plot(xs, smooth, lw=1.5, label=f"{stage} (mean of {k + 1})")
         ax.set_title(title)
         ax.set_xlabel("step")
+        if not ax.lines:
+            note = EMPTY_PANEL.get(title, "not recorded in this run")
+            notes.append(f"{title}: {note}")
+            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes, wrap=True)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         if title in ("train loss", "held-out loss", "grad norm"):
             ax.set_yscale("log")
-        if ax.lines:
-            ax.legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     prefix = out or Path(run_dir) / "curves"
     png = prefix.with_suffix(".png")
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
-    samples = sorted((Path(run_dir) / "samples").glob("*.png"))
-    imgs = "".join(
-        f"<figure><img src='data:image/png;base64,{base64.b64encode(s.read_bytes()).decode()}'>"
-        f"<figcaption>{html.escape(s.name)}</figcaption></figure>"
-        for s in samples[-6:]
-    )
-    page = (
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(str(run_dir))}</title>"
-        f"<h1>{html.escape(str(run_dir))}</h1>"
-        f"<img src='data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}'>"
-        f"<h2>samples</h2>{imgs}"
-    )
     page_path = prefix.with_suffix(".html")
-    page_path.write_text(page)
+    page_path.write_text(_page(Path(run_dir), png, notes))
     return png, page_path
+
+
+def _page(run_dir: Path, png: Path, notes: list[str]) -> str:
+    """The HTML page: the curves, what was not recorded, and the six newest sample grids,
+    each captioned with its file name and prompts (from the JSON beside it)."""
+    figures = []
+    for grid in sorted((run_dir / "samples").glob("*.png"))[-6:]:
+        meta = grid.with_suffix(".json")
+        prompts = json.loads(meta.read_text()).get("prompts", []) if meta.exists() else []
+        listed = "".join(f"<li>{html.escape(p)}</li>" for p in prompts)
+        figures.append(
+            f"<figure><img src='data:image/png;base64,{_b64(grid)}'>"
+            f"<figcaption>{html.escape(grid.name)}<ol>{listed}</ol></figcaption></figure>"
+        )
+    missing = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(str(run_dir))}</title>"
+        f"<h1>{html.escape(str(run_dir))}</h1><img src='data:image/png;base64,{_b64(png)}'>"
+        + (f"<ul class='not-recorded'>{missing}</ul>" if notes else "")
+        + f"<h2>samples</h2>{''.join(figures) or '<p>no sample grids yet</p>'}"
+    )
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()

@@ -112,3 +112,25 @@ def write_toy_shards(
         for k in range(files)
         if rows[k * per : (k + 1) * per]
     ]
+
+
+def write_toy_dataset(
+    out: Path,
+    sides: tuple[int, ...] = (32, 64),
+    rows: int = 4096,
+    eval_rows: int = 256,
+    seed: int = 0,
+) -> dict[str, int]:
+    """The data of ``configs/toy/pretrain.toml``: for each side S, ``out/blobs-S`` (``rows``
+    training rows) and ``out/blobs-S-eval`` (``eval_rows`` held-out rows, other draws).
+    Returns rows written per folder name."""
+    written = {}
+    for side in sides:
+        for name, n, draw_seed in (
+            (f"blobs-{side}", rows, seed),
+            (f"blobs-{side}-eval", eval_rows, seed + 1),
+        ):
+            files = max(1, n // 2048)
+            write_toy_shards(out / name, n, (side, side), files, 64, draw_seed, f"p{side}")
+            written[name] = n
+    return written
