@@ -11,7 +11,10 @@ CPU seconds of this process (``time.process_time``, every thread included), not 
 the machine is shared, and other processes' load would otherwise count against whichever
 side ran while it peaked.
 
-Targets: ours ≥ 3× baseline images/s per core; decode ≥ 60% of our per-image time.
+Targets: ours ≥ 3× baseline images/s per core on every set; decode ≥ 60% of our per-image
+time. Sets: the bundled real photos, ShapesWorld JPEGs, and four classes of large images
+composed at run time from the real photos (``large_images``: ≥ 12 MP JPEGs, 16-bit PNGs,
+5K RGBA PNGs, 5K screenshots; never committed).
 Run from the root: ``uv run python -m benchmarks.curate [--repeats 3] [--shapes 60]`` (as a
 module: run as a script, ``benchmarks/queue.py`` would shadow the stdlib ``queue``).
 """
@@ -70,6 +73,111 @@ def shapes_images(n: int) -> dict[str, bytes]:
         )
         out[f"shapes-{i:03d}.jpg"] = buf.getvalue()
     return out
+
+
+# -- large images, generated at run time from the real photos (never committed) ------------
+
+
+def _mosaic(photos: list[np.ndarray], w: int, h: int, rng: np.random.Generator) -> np.ndarray:
+    """(h, w, 3) uint8: a 2x2 mosaic of photos upscaled with Lanczos, plus sensor-like noise
+    (sigma 3), so the JPEG/PNG sizes are those of a camera's, not of a smooth upscale."""
+    picks = rng.choice(len(photos), 4, replace=False)
+    tiles = [
+        np.asarray(Image.fromarray(photos[i]).resize((w // 2, h // 2), Image.Resampling.LANCZOS))
+        for i in picks
+    ]
+    canvas = np.vstack([np.hstack(tiles[:2]), np.hstack(tiles[2:])])
+    noise = rng.normal(0.0, 3.0, canvas.shape)
+    return np.clip(canvas + noise, 0, 255).astype(np.uint8)
+
+
+def _png(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _screenshot(w: int, h: int, photo: np.ndarray, rng: np.random.Generator) -> Image.Image:
+    """A 5K UI screenshot: a sidebar, panels, many lines of text, one embedded photo."""
+    from PIL import ImageDraw, ImageFont
+
+    img = Image.new("RGB", (w, h), (246, 246, 248))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((0, 0, w // 6, h), fill=(32, 34, 40))
+    font = ImageFont.load_default(size=30)
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "lazy",
+        "dog",
+        "curate",
+        "shard",
+        "bucket",
+        "caption",
+        "image",
+    ]
+    for y in range(60, h - 60, 44):
+        line = " ".join(rng.choice(words, int(rng.integers(4, 14))))
+        draw.text((w // 6 + 80, y), line, fill=(20, 20, 24), font=font)
+        draw.text((40, y), str(rng.choice(words)), fill=(200, 200, 210), font=font)
+    panel = Image.fromarray(photo).resize((w // 3, h // 3), Image.Resampling.LANCZOS)
+    img.paste(panel, (w - w // 3 - 80, 120))
+    return img
+
+
+def _alpha_art(w: int, h: int, rng: np.random.Generator) -> np.ndarray:
+    """(h, w, 4): white colour, the drawing (rings, strokes) only in alpha."""
+    from PIL import ImageDraw
+
+    alpha = Image.new("L", (w, h), 0)
+    draw = ImageDraw.Draw(alpha)
+    for _ in range(40):
+        x, y, r = int(rng.integers(0, w)), int(rng.integers(0, h)), int(rng.integers(40, 600))
+        draw.ellipse((x - r, y - r, x + r, y + r), outline=int(rng.integers(120, 256)), width=24)
+    rgba = np.full((h, w, 4), 255, np.uint8)
+    rgba[:, :, 3] = np.asarray(alpha)
+    return rgba
+
+
+def large_images(photos: dict[str, bytes], per_class: int) -> dict[str, dict[str, bytes]]:
+    """Four classes of large images composed from the real photos: >= 12 MP camera-like
+    JPEGs, 16-bit PNGs (RGB written by OpenCV, grey by Pillow), 5K RGBA PNGs (a photo cut
+    out with a soft mask, and art that lives only in the alpha channel) and 5K screenshots
+    of text and UI."""
+    rng = np.random.default_rng(0)
+    rgb = [
+        np.asarray(Image.open(io.BytesIO(d)).convert("RGB"))
+        for d in photos.values()
+        if min(Image.open(io.BytesIO(d)).size) >= 256
+    ]
+    jpeg, png16, rgba, screens = {}, {}, {}, {}
+    yy, xx = np.mgrid[0:2880, 0:5120]
+    soft = np.clip(1.6 - np.hypot((xx - 2560) / 2000, (yy - 1440) / 1100), 0, 1)
+    for i in range(per_class):
+        buf = io.BytesIO()
+        Image.fromarray(_mosaic(rgb, 4256, 2832, rng)).save(buf, format="JPEG", quality=92)
+        jpeg[f"camera-{i}.jpg"] = buf.getvalue()
+        deep = _mosaic(rgb, 3000, 2000, rng).astype(np.uint16) * 257
+        if i % 2 == 0:
+            png16[f"rgb16-{i}.png"] = cv2.imencode(".png", deep[:, :, ::-1])[1].tobytes()
+        else:
+            png16[f"grey16-{i}.png"] = _png(Image.fromarray(np.ascontiguousarray(deep[:, :, 1])))
+        if i % 2 == 0:
+            cut = np.dstack([_mosaic(rgb, 5120, 2880, rng), (soft * 255).astype(np.uint8)])
+            rgba[f"cutout-{i}.png"] = _png(Image.fromarray(cut, "RGBA"))
+        else:
+            rgba[f"alpha-art-{i}.png"] = _png(Image.fromarray(_alpha_art(5120, 2880, rng), "RGBA"))
+        screens[f"screen-{i}.png"] = _png(_screenshot(5120, 2880, rgb[i % len(rgb)], rng))
+    return {
+        ">= 12 MP JPEG q92 (4256x2832)": jpeg,
+        "16-bit PNG, RGB and grey (3000x2000)": png16,
+        "RGBA PNG 5K: photo cutout, alpha-only art": rgba,
+        "5K screenshot PNG (text, UI)": screens,
+    }
 
 
 def baseline(data: bytes) -> dict:
@@ -219,13 +327,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shapes", type=int, default=60, help="ShapesWorld JPEGs to time")
+    parser.add_argument("--large", type=int, default=4, help="images per large-image class")
     args = parser.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     single_threaded()  # the workers' setting: OpenCV and BLAS on the calling thread
     cfg = CurateConfig()
+    photos = real_photos()
     sets = {
-        "real photos (skimage, sklearn, matplotlib)": real_photos(),
+        "real photos (skimage, sklearn, matplotlib)": photos,
         "ShapesWorld JPEG q90, 512-768 px": shapes_images(args.shapes),
+        **(large_images(photos, args.large) if args.large else {}),
     }
     for images in sets.values():  # warm caches and lazy imports
         for d in list(images.values())[:3]:
@@ -266,7 +377,10 @@ def main() -> None:
         "passes are Pillow's own fixed-point weights and integer arithmetic, compiled, and the "
         "colour "
         "classes come from a table of every 24-bit colour built once by Pillow's and OpenCV's "
-        "conversions.\n\n"
+        "conversions. The large-image classes are composed at run time from the real photos "
+        "(`large_images`: 2x2 mosaics upscaled with Lanczos plus sensor-like noise; 16-bit "
+        "RGB by OpenCV and grey by Pillow; RGBA: a photo cut out with a soft mask, and white "
+        "art drawn only in alpha; screenshots: text lines, a sidebar and a photo panel).\n\n"
         + table(
             [
                 "images",
