@@ -1,0 +1,31 @@
+"""krea2.rl.rewards: the reward contract (ARCHITECTURE.md contract 4), reward kinds,
+composition, and reward servers with their client.
+
+>>> import numpy as np
+>>> from krea2.curate import shapes
+>>> from krea2.rl.rewards import ShapesRubricReward
+>>> scene = shapes.sample_scene(np.random.default_rng(0))
+>>> image = shapes.render(scene, 64, 64)[None]            # [1, 64, 64, 3] uint8
+>>> ShapesRubricReward()(image, [shapes.captions(scene)["short"]]).scores
+array([1.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from krea2.infra.lazy import lazy_exports
+
+_HOMES: dict[str, str | None] = {
+    "Reward": "contract",
+    "RewardOutput": "contract",
+    "as_uint8_images": "contract",
+    "check_batch": "contract",
+    "empty_output": "contract",
+    "WeightedSum": "compose",
+    "group_normalize": "compose",
+    "REQUIREMENT_KINDS": "rubric_shapes",
+    "ShapesRubricReward": "rubric_shapes",
+}
+
+__all__ = sorted(_HOMES)
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
