@@ -39,10 +39,22 @@ _MODULE_OF = {
     # running a job
     "Trainer": "trainer",
     "TrainingStopped": "trainer",
+    # another objective on the same loop (krea2.rl's preference optimization)
+    "Objective": "step",
+    "StageRun": "step",
+    "update_lr": "step",
+    "finish_grads": "step",
+    "sample_generator": "objective",
+    "draw_time_and_noise": "objective",
+    "stage_mu": "objective",
+    "DistEnv": "distributed",
+    "all_reduce_sum": "distributed",
     "run_job": "cli",
     # using a trained job
     "load_stage_module": "inference",
     "sample_stage": "inference",
+    "sample_run": "inference",
+    "conditioning_record": "inference",
     "read_metrics": "observe",
     "plot_run": "plot",
     "average": "merge",
@@ -53,6 +65,7 @@ _MODULE_OF = {
     "Layout": "projection",
     "project": "projection",
     "write_toy_shards": "testing",
+    "write_toy_dataset": "testing",
 }
 
 __all__ = ["__version__", *_MODULE_OF]

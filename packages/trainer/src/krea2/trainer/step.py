@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -60,6 +60,46 @@ class StageRun:
     detector: SpikeDetector
     state: StageState = field(default_factory=StageState)
     encoder: nn.Module | None = None  # iREPA's frozen encoder, while iREPA is on
+    # a frozen copy of the weights the stage started from, when its objective asks for one
+    reference: TrainModule | None = None
+
+
+class Objective(Protocol):
+    """A stage's loss in place of flow matching (e.g. preference optimization in
+    ``krea2.rl``), passed as ``Trainer(cfg, objective=...)``.
+
+    Called like :func:`forward_backward` (same arguments, same contract): it computes the
+    batch's loss, backpropagates it, calls :func:`finish_grads` and returns the step's
+    metrics (a ``"loss"`` and ``"grad_norm"`` at least, all-reduced over the dp ranks).
+    With ``needs_reference`` the trainer also builds ``run.reference``: the stage's module
+    at its starting weights (its warm start), frozen, parallelized like the policy.
+    """
+
+    needs_reference: bool
+
+    def __call__(
+        self,
+        run: StageRun,
+        batch: dict,
+        step: int,
+        cfg: JobConfig,
+        env: DistEnv,
+        encode: Callable[[list[str], torch.Tensor], torch.Tensor],
+        bad_samples_counter: Any,
+    ) -> dict[str, Any]: ...
+
+
+def update_lr(run: StageRun, step: int) -> float:
+    """Set the optimizers' learning rate for ``step`` of the stage's schedule; returns it."""
+    return set_lr(run.optimizers, wsd_factor(step, run.stage.steps, run.stage.schedule))
+
+
+def finish_grads(run: StageRun, cfg: JobConfig, env: DistEnv) -> float:
+    """After backward: sum the tensor-parallel partial grads and clip all grads to
+    ``optimizer.grad_clip``; returns the global grad norm before clipping."""
+    if env.tp > 1:
+        sum_tp_partial_grads(run.tp_partial, env.mesh["tp"])
+    return clip_grad_norm(run.params, cfg.optimizer.grad_clip)
 
 
 def forward_backward(
@@ -87,7 +127,7 @@ def forward_backward(
             f"(over stability.max_bad_samples={cfg.stability.max_bad_samples}); "
             "check the shards named in the log"
         )
-    lr = set_lr(run.optimizers, wsd_factor(step, stage.steps, stage.schedule))
+    lr = update_lr(run, step)
     first = env.dp_rank * local
     gens = [sample_generator(cfg.seed, step, first + j) for j in range(local)]
     captions = choose_captions(
@@ -121,9 +161,7 @@ def forward_backward(
     if irepa_loss is not None:
         loss = loss + stage.irepa.weight * irepa_loss
     loss.backward()
-    if env.tp > 1:
-        sum_tp_partial_grads(run.tp_partial, env.mesh["tp"])
-    grad_norm = clip_grad_norm(run.params, cfg.optimizer.grad_clip)
+    grad_norm = finish_grads(run, cfg, env)
     stats = time_bucket_sums(terms.per_sample, terms.t, weight)
     flow_sum = torch.stack([(terms.per_sample.detach() * weight).sum().double()])
     packed = torch.cat([flow_sum, stats.flatten()])

@@ -40,7 +40,13 @@ from krea2.trainer.observe import MetricsLog
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
 from krea2.trainer.stability import SpikeDetector, Verdict
-from krea2.trainer.step import StageRun, StageState, TrainingStopped, forward_backward
+from krea2.trainer.step import (
+    Objective,
+    StageRun,
+    StageState,
+    TrainingStopped,
+    forward_backward,
+)
 from krea2.trainer.validate import resolve_files
 from krea2.trainer.warmstart import stage_checkpoints, warm_start
 
@@ -54,11 +60,15 @@ class Trainer:
     ``resume=True`` continues from the newest checkpoint of the first unfinished stage
     (model, optimizer, step, data position, RNG and guard state); otherwise an existing
     run directory with checkpoints is refused, so nothing is overwritten by accident.
+    ``objective`` replaces every stage's flow-matching loss (see :class:`Objective`).
     """
 
-    def __init__(self, cfg: JobConfig, resume: bool = False) -> None:
+    def __init__(
+        self, cfg: JobConfig, resume: bool = False, objective: Objective | None = None
+    ) -> None:
         self.cfg = cfg
         self.resume = resume
+        self.objective = objective
         self.env: DistEnv = init_distributed(cfg)
         if cfg.parallel.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it
@@ -236,6 +246,7 @@ class Trainer:
                 stage_checkpoints(self.run_dir, stage.name),
                 cfg.checkpoint.keep_last,
                 cfg.checkpoint.keep_every,
+                keep_offset=1,  # step s holds s + 1 steps: keep_every=200 keeps 199, 399, ...
             ),
             detector=SpikeDetector(cfg.stability),
         )
@@ -344,8 +355,10 @@ class Trainer:
         return extra["step"] + 1
 
     def _forward_backward(self, run: StageRun, batch: dict, step: int) -> dict[str, Any]:
-        """One batch's loss, backpropagated (see :func:`krea2.trainer.step.forward_backward`)."""
-        return forward_backward(
+        """One batch's loss, backpropagated (see :func:`krea2.trainer.step.forward_backward`),
+        or the job's own objective's."""
+        step_fn = self.objective or forward_backward
+        return step_fn(
             run,
             batch,
             step,
