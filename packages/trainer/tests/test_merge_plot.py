@@ -104,3 +104,9 @@ def test_plot_says_why_a_panel_is_empty_and_shows_grids_under_their_prompts(tmp_
     assert "held-out loss: no held-out set: no stage has eval_data" in page
     assert "iREPA loss: iREPA was off" in page
     assert "<li>blob 1 in cell 2</li>" in page and "<li>blob &lt;7&gt;</li>" in page
+
+
+def test_keep_every_keeps_the_checkpoints_pma_every_asks_for(write_job, tmp_path):
+    job = write_job("keep", steps=9)
+    run_job(job, ["checkpoint.keep_last=1", "checkpoint.keep_every=3"], resume=False)
+    assert pma_steps(tmp_path / "keep" / "checkpoints" / "pretrain", 3, 3) == [2, 5, 8]

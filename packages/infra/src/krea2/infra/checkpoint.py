@@ -93,7 +93,9 @@ class CheckpointManager:
     Args:
         root: directory holding ``step-*`` checkpoints (shared by all ranks).
         keep_last: how many of the newest complete checkpoints to keep.
-        keep_every: also keep every checkpoint whose step is a multiple of this.
+        keep_every: also keep every checkpoint whose step + ``keep_offset`` is a multiple
+            of this (a trainer naming checkpoints by their last 0-based step passes
+            ``keep_offset=1``, so ``keep_every=200`` keeps steps 199, 399, ...).
         process_group: group for the checkpoint's own collectives (it needs a CPU
             backend); by default a new gloo group over all ranks is created
             (collectively) when torch.distributed is initialized, and no collectives are
@@ -109,12 +111,14 @@ class CheckpointManager:
         keep_every: int | None = None,
         process_group: dist.ProcessGroup | None = None,
         writer_threads: int = 2,
+        keep_offset: int = 0,
     ) -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         self.root = Path(root)
         self.keep_last = keep_last
         self.keep_every = keep_every
+        self.keep_offset = keep_offset
         self.writer_threads = writer_threads
         self._distributed = dist.is_available() and dist.is_initialized()
         if self._distributed and process_group is None:
@@ -250,7 +254,7 @@ class CheckpointManager:
     def _prune(self) -> None:
         entries = scan_checkpoints(self.root)
         complete = [e.step for e in entries if e.complete]
-        for step in steps_to_delete(complete, self.keep_last, self.keep_every):
+        for step in steps_to_delete(complete, self.keep_last, self.keep_every, self.keep_offset):
             remove_tree(self.path_of(step))
         newest = complete[-1] if complete else None
         for entry in entries:  # torn directories older than the newest good one

@@ -155,12 +155,15 @@ def find_checkpoint_roots(path: str | Path, depth: int = 2) -> list[Path]:
     return [root for c in children for root in find_checkpoint_roots(c, depth - 1)]
 
 
-def steps_to_delete(steps: list[int], keep_last: int, keep_every: int | None) -> list[int]:
-    """Retention: keep the newest ``keep_last`` steps and every step divisible by ``keep_every``."""
+def steps_to_delete(
+    steps: list[int], keep_last: int, keep_every: int | None, keep_offset: int = 0
+) -> list[int]:
+    """Retention: keep the newest ``keep_last`` steps and every step ``s`` whose
+    ``s + keep_offset`` is divisible by ``keep_every``."""
     ordered = sorted(steps)
     keep = set(ordered[-keep_last:]) if keep_last > 0 else set()
     if keep_every:
-        keep |= {s for s in ordered if s % keep_every == 0}
+        keep |= {s for s in ordered if (s + keep_offset) % keep_every == 0}
     return [s for s in ordered if s not in keep]
 
 

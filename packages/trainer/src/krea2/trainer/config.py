@@ -294,7 +294,9 @@ class StageConfig:
 class CheckpointConfig:
     every: int = 100  # steps between async checkpoints; 0: only at the end of a stage
     keep_last: int = 3
-    keep_every: int | None = None  # also keep multiples of this (PMA inputs)
+    # also keep the checkpoints after every keep_every steps (steps 199, 399, ... for 200):
+    # PMA's inputs (krea2 train pma --every)
+    keep_every: int | None = None
     async_save: bool = True
 
 
