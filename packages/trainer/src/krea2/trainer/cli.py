@@ -9,7 +9,8 @@ import typer
 app = typer.Typer(
     help=(
         "Train krea2.dit models (FSDP2 + TP on torchrun). "
-        "Example: krea2 train --config configs/toy/pretrain.toml --set stages.0.steps=100; "
+        "Example: krea2 train toy-data data/toy && krea2 train --config configs/toy/pretrain.toml "
+        "--set stages.0.steps=100; "
         "many ranks: torchrun --nproc-per-node 8 -m krea2.trainer --config job.toml"
     ),
     no_args_is_help=True,
@@ -95,7 +96,10 @@ def plot(
     run_dir: Path = typer.Argument(..., help="a run directory holding metrics.jsonl"),
     out: Path = typer.Option(None, "--out", help="output prefix (default RUN_DIR/curves)"),
 ) -> None:
-    """Write loss curves as PNG and HTML. Example: krea2 train plot runs/toy"""
+    """Write loss curves as PNG and an HTML page with the newest sample grids.
+
+    Example: krea2 train plot runs/toy-pretrain
+    """
     from krea2.trainer.plot import plot_run
 
     png, html = plot_run(run_dir, out)
@@ -113,7 +117,8 @@ def pma(
     """Average the last N checkpoints (PMA) into released-key safetensors that record the
     run's text conditioning, prediction type and time shift.
 
-    Example: krea2 train pma runs/toy --stage pretrain --last 4 --every 100 --out pma.safetensors
+    Example: krea2 train pma runs/toy-pretrain --stage p32 --last 4 --every 200
+    --out pma.safetensors
     """
     from krea2.trainer.merge import pma_from_run
 
@@ -136,9 +141,9 @@ def merge(
     """Merge domain checkpoints (uniform or weighted) into one, recording the run's text
     conditioning, prediction type and time shift in the file.
 
-    Example: krea2 train merge runs/a/checkpoints/sft/step-000000999
-    runs/b/checkpoints/sft/step-000000999 --weights 0.7,0.3 --config job.toml
-    --out merged.safetensors
+    Example: krea2 train merge runs/toy-pretrain/checkpoints/p32/step-000000999
+    runs/toy-pretrain/checkpoints/p32/step-000001799 --weights 0.3,0.7
+    --config runs/toy-pretrain/config.toml --out merged.safetensors
     """
     from krea2.trainer.merge import merge_to_file
 
