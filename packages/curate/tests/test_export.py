@@ -6,7 +6,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from krea2.curate.export import Sample, export_shards, nearest_bucket, stage_buckets
+from krea2.curate.export import (
+    ExportStats,
+    Sample,
+    auto_batch_size,
+    export_shards,
+    nearest_bucket,
+    stage_buckets,
+)
 from krea2.curate.shapes import captions, render, sample_scene
 from krea2.curate.shapes.defects import encode
 from krea2.infra import shards
@@ -98,3 +105,20 @@ def test_bad_arguments_and_undecodable_samples(tmp_path):
     bad = [*_samples(4), Sample("pool/bad", b"not an image", {"short": "x"})]
     stats = export_shards(bad, tmp_path, stage="s", side=32, batch_size=1)
     assert stats.failed == 1 and stats.rows == 4
+
+
+def test_a_small_set_gets_a_batch_it_can_fill_by_default(tmp_path):
+    # 16 images in one bucket: the old default of 32 wrote 0 rows and dropped all 16
+    square = [s for i, s in enumerate(_samples(64)) if i % 4 == 0]  # 96x96: one bucket
+    stats = export_shards(square, tmp_path / "b", "s", side=32)
+    assert stats.batch_size == 16 and stats.rows == 16 and stats.shortfall() == []
+    assert auto_batch_size([1000, 37, 5]) == 32
+    assert auto_batch_size([10, 6]) == 4  # 8 would drop 8 of 16
+
+
+def test_an_export_that_writes_fewer_rows_says_why_and_what_to_change(tmp_path):
+    stats = export_shards(_samples(40), tmp_path, "s", side=64, batch_size=32)
+    assert stats.rows == 0 and stats.dropped_tail == 40
+    assert any("whole batches of 32" in s and "--batch-size" in s for s in stats.shortfall())
+    assert "captions --captioner" in ExportStats(uncaptioned=3).shortfall()[0]
+    assert "krea2 curate run" in ExportStats(kept=0).shortfall()[0]

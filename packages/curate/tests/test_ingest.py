@@ -119,3 +119,67 @@ def test_the_pool_writer_puts_each_scene_in_a_sidecar():
                 assert shapes_captioner(row["uri"], row["meta"]) == {}
             else:
                 assert Scene.from_dict(row["meta"]["scene"]) == item.scene
+
+
+def test_a_truncated_parquet_or_a_binary_uri_list_is_one_error_naming_the_file(tmp_path):
+    pq.write_table(pa.table({"uri": ["a.jpg"] * 100}), tmp_path / "t.parquet")
+    data = (tmp_path / "t.parquet").read_bytes()
+    (tmp_path / "t.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match=r"t\.parquet is not a readable Parquet file"):
+        list(list_source(tmp_path / "t.parquet", "x"))
+    (tmp_path / "images.bin").write_bytes(b"\xff\xd8\xff\xe0" + bytes(range(256)))
+    with pytest.raises(UserError, match=r"images\.bin is not a text file of URIs"):
+        list(list_source(tmp_path / "images.bin", "x"))
+
+
+def test_sidecar_captions_are_validated_and_a_plain_string_is_one_caption(tmp_path):
+    from krea2.curate.sources import sidecar_captioner
+
+    (tmp_path / "a.jpg").write_bytes(b"a")
+    (tmp_path / "a.json").write_text('{"caption": "a cat on a mat"}')
+    (tmp_path / "b.jpg").write_bytes(b"b")
+    (tmp_path / "b.json").write_text('{"captions": {"short": "dog", "long": "a brown dog"}}')
+    rows = {r["image_key"]: r for r in list_source(tmp_path, "s")}
+    assert sidecar_captioner(rows["s/a.jpg"]["uri"], rows["s/a.jpg"]["meta"]) == {
+        "medium": "a cat on a mat"
+    }
+    assert sidecar_captioner("u", rows["s/b.jpg"]["meta"]) == {
+        "short": "dog",
+        "long": "a brown dog",
+    }
+    (tmp_path / "b.json").write_text('{"captions": {"alt": "dog"}}')
+    with pytest.raises(UserError, match=r"sidecar .*b\.json: caption 'alt'"):
+        list(list_source(tmp_path, "s"))
+    (tmp_path / "b.json").write_text('{"captions": 3}')
+    with pytest.raises(UserError, match=r"b\.json: captions must be a string"):
+        list(list_source(tmp_path, "s"))
+
+
+def test_same_named_images_in_sub_folders_keep_their_own_key_and_sidecar(tmp_path):
+    for folder in ("cats", "dogs"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "001.jpg").write_bytes(folder.encode())
+        (tmp_path / folder / "001.json").write_text(f'{{"caption": "one of the {folder}"}}')
+    rows = {r["image_key"]: r["meta"] for r in list_source(tmp_path, "s")}
+    assert rows == {
+        "s/cats/001.jpg": {"caption": "one of the cats"},
+        "s/dogs/001.jpg": {"caption": "one of the dogs"},
+    }
+
+
+def test_a_captioner_returning_a_plain_string_or_junk_gets_a_clear_answer():
+    from krea2.curate.handlers import CaptionHandler, configured
+    from krea2.curate.plugins import register_captioner
+
+    register_captioner("plain", lambda uri, meta: f"caption of {uri}")
+    register_captioner("junk", lambda uri, meta: 42)
+    plain = configured(CaptionHandler, CaptionHandler.cfg, plugin="plain")()
+    plain.setup()
+    assert plain([{"uri": "file:///x.jpg"}]) == [
+        {"captions": [{"format": "medium", "text": "caption of file:///x.jpg"}]}
+    ]
+    junk = configured(CaptionHandler, CaptionHandler.cfg, plugin="junk")()
+    junk.setup()
+    (error,) = junk([{"uri": "file:///x.jpg"}])
+    assert isinstance(error, ValueError)
+    assert "captioner 'junk' on file:///x.jpg" in str(error) and "must be a string" in str(error)

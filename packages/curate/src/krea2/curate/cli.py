@@ -236,19 +236,21 @@ def export(
     side: int = typer.Option(256, help="Bucket side in px (buckets have about side² pixels)."),
     stage: str = typer.Option(None, help="Stage name recorded in the shards (default: side)."),
     seed: int = typer.Option(0, help="Shuffle seed."),
-    batch_size: int = typer.Option(32, help="Rows per single-bucket batch."),
+    batch_size: int = typer.Option(
+        None, help="Rows per single-bucket batch (default: 32, smaller for a small set)."
+    ),
     rows_per_file: int = typer.Option(4096, help="Rows per Parquet file."),
     image_format: str = typer.Option("png", help="png or jpeg."),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
     """Export the kept images, with the captions the `captions` stage wrote to their rows,
-    as pre-shuffled, bucket-packed training shards. Rows without captions are skipped.
+    as pre-shuffled, bucket-packed training shards. Rows without captions are skipped; the
+    summary says why any kept image was not written and what to change.
 
     Example: krea2 curate export --out shards/ --side 64
     """
-    from rich.progress import track
-
     from krea2 import curate
+    from krea2.infra.progress import track
 
     wh = curate.open_warehouse(cluster)
     try:
@@ -261,21 +263,16 @@ def export(
             batch_size,
             rows_per_file,
             image_format,
-            progress=lambda samples, n: track(samples, total=n, description="export"),
+            progress=lambda samples, n: track(samples, "export", total=n, unit="img"),
         )
     finally:
         wh.close()
-    skipped = (
-        f"; {stats.uncaptioned} kept rows skipped without captions "
-        "(run `krea2 curate run --stages captions --captioner NAME`)"
-        if stats.uncaptioned
-        else ""
-    )
     typer.echo(
-        f"export: {stats.rows} rows in {stats.files} files under {out}; buckets "
-        f"{stats.buckets}; {stats.dropped_tail} tail rows dropped, {stats.failed} failed"
-        f"{skipped}"
+        f"export: {stats.rows} rows in {stats.files} files under {out} (batches of "
+        f"{stats.batch_size}); buckets {stats.buckets}"
     )
+    for line in stats.shortfall():
+        typer.echo(f"  {line}")
 
 
 @app.command()

@@ -77,7 +77,8 @@ class Sample:
 @dataclass
 class ExportStats:
     """Rows written, files, a bucket's incomplete last run dropped, samples that failed to
-    decode, rows skipped for want of captions, and rows per bucket."""
+    decode, rows skipped for want of captions, rows per bucket, the batch size the rows were
+    packed in, and (from the warehouse) the kept rows there were to export."""
 
     rows: int = 0
     files: int = 0
@@ -85,6 +86,32 @@ class ExportStats:
     failed: int = 0
     uncaptioned: int = 0
     buckets: dict[str, int] = field(default_factory=dict)
+    batch_size: int = 0
+    kept: int | None = None
+
+    def shortfall(self) -> list[str]:
+        """Why fewer rows were written than there were images, each with what to change
+        (empty when nothing was lost)."""
+        out = []
+        if self.kept == 0:
+            out.append(
+                "no kept images in the warehouse: ingest some and run `krea2 curate run` "
+                "(analyze, dedup, ocr) first"
+            )
+        if self.uncaptioned:
+            out.append(
+                f"{self.uncaptioned} kept images have no captions and were skipped: run "
+                "`krea2 curate run --stages captions --captioner NAME` (sidecar: captions from "
+                "<stem>.json sidecars; shapes: ShapesWorld scenes)"
+            )
+        if self.failed:
+            out.append(f"{self.failed} images failed to decode and were skipped")
+        if self.dropped_tail:
+            out.append(
+                f"{self.dropped_tail} rows dropped: each bucket keeps only whole batches of "
+                f"{self.batch_size} rows; a smaller --batch-size keeps more"
+            )
+        return out
 
 
 def _encode(pixels: np.ndarray, image_format: str) -> bytes:
@@ -121,6 +148,20 @@ def prepare(sample: Sample, buckets: Sequence[tuple[int, int]], image_format: st
     }
 
 
+AUTO_BATCH_SIZES = (32, 16, 8, 4, 2, 1)
+
+
+def auto_batch_size(bucket_rows: Sequence[int], most_dropped: float = 0.25) -> int:
+    """The largest of ``AUTO_BATCH_SIZES`` whose incomplete runs drop at most
+    ``most_dropped`` of the rows, given the rows per bucket (32 for any sizeable set; a
+    small set gets a batch it can fill)."""
+    total = sum(bucket_rows)
+    for b in AUTO_BATCH_SIZES:
+        if sum(n % b for n in bucket_rows) <= most_dropped * total:
+            return b
+    return 1
+
+
 def pack(rows: list[dict], batch_size: int, seed: int) -> tuple[list[dict], int]:
     """Shuffle globally, group into single-bucket runs of ``batch_size``, shuffle the runs.
     Returns (rows in write order, number of tail rows dropped)."""
@@ -145,15 +186,16 @@ def export_shards(
     stage: str,
     side: int,
     seed: int = 0,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     rows_per_file: int = 4096,
     image_format: str = "png",
     stats: ExportStats | None = None,
 ) -> ExportStats:
     """Write ``out_dir/shard-NNNNN.parquet`` files for ``samples`` (deterministic for a seed).
 
-    Each file holds whole batches (``rows_per_file`` is rounded down to a multiple of
-    ``batch_size``) and records ``krea2.stage``, ``krea2.seed`` and ``krea2.batch_size``.
+    ``batch_size`` None: ``auto_batch_size`` of the rows per bucket. Each file holds whole
+    batches (``rows_per_file`` is rounded down to a multiple of ``batch_size``) and records
+    ``krea2.stage``, ``krea2.seed`` and ``krea2.batch_size``.
     A sample that cannot be decoded is counted in ``failed`` and skipped. Files are written
     by ``krea2.infra.shards.write_shard`` (validated, then renamed into place). ``stats``:
     counts to add to (e.g. ``uncaptioned`` from ``warehouse_samples``).
@@ -161,7 +203,7 @@ def export_shards(
     from krea2.curate.decode import DecodeError
     from krea2.infra.shards import write_shard
 
-    if batch_size < 1 or rows_per_file < batch_size:
+    if batch_size is not None and (batch_size < 1 or rows_per_file < batch_size):
         raise UserError(f"need 1 <= batch_size <= rows_per_file, got {batch_size}, {rows_per_file}")
     if image_format not in ("png", "jpeg"):
         raise UserError(f"image format {image_format!r}: use 'png' or 'jpeg'")
@@ -173,6 +215,12 @@ def export_shards(
             rows.append(prepare(s, buckets, image_format))
         except DecodeError:
             stats.failed += 1
+    if batch_size is None:
+        per_bucket: dict[str, int] = {}
+        for r in rows:
+            per_bucket[r["bucket"]] = per_bucket.get(r["bucket"], 0) + 1
+        batch_size = min(auto_batch_size(list(per_bucket.values())), rows_per_file)
+    stats.batch_size = batch_size
     ordered, stats.dropped_tail = pack(rows, batch_size, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     per_file = rows_per_file - rows_per_file % batch_size
@@ -214,7 +262,7 @@ def export_warehouse(
     side: int,
     stage: str | None = None,
     seed: int = 0,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     rows_per_file: int = 4096,
     image_format: str = "png",
     progress: Callable[[Iterator[Sample], int], Iterable[Sample]] | None = None,
@@ -226,7 +274,7 @@ def export_warehouse(
     from krea2.curate.warehouse import kept_rows
 
     rows = kept_rows(wh, ["uri", "source", "md5", "meta", "captions"])
-    stats = ExportStats()
+    stats = ExportStats(kept=len(rows))
     samples: Iterable[Sample] = warehouse_samples(rows, stats)
     if progress is not None:
         samples = progress(samples, len(rows))  # type: ignore[arg-type]

@@ -167,11 +167,15 @@ class CaptionHandler:
         self.captioner = captioner(check_plugin("captioner", self.plugin, "captions"))
 
     def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        from krea2.curate.plugins import captions_from
+
         out: list[dict | Exception] = []
         for row in rows:
             try:
-                text = self.captioner(row["uri"], row.get("meta"))
-            except OSError as exc:  # an unreadable image: retried later
+                given = self.captioner(row["uri"], row.get("meta"))
+                where = f"captioner {self.plugin!r} on {row['uri']}"
+                text = captions_from(given, where)  # a plain string is one caption
+            except (OSError, ValueError) as exc:  # unreadable, or captions it cannot give
                 out.append(exc)
                 continue
             out.append({"captions": [{"format": f, "text": t} for f, t in text.items()]})

@@ -30,8 +30,43 @@ class Captioner(Protocol):
 
 REGISTRIES: dict[str, dict[str, Any]] = {
     "tagger": {"shapes": "krea2.curate.shapes.annotate:shapes_tagger"},
-    "captioner": {"shapes": "krea2.curate.shapes.annotate:shapes_captioner"},
+    "captioner": {
+        "shapes": "krea2.curate.shapes.annotate:shapes_captioner",
+        "sidecar": "krea2.curate.sources:sidecar_captioner",
+    },
 }
+
+# The caption format a plain string (alt text, a sidecar's "caption") is filed under.
+PLAIN_CAPTION_FORMAT = "medium"
+
+
+def captions_from(value: Any, where: str) -> dict[str, str]:
+    """Captions as ``{format: text}`` from what a captioner or a sidecar gives: such a dict,
+    a list of ``{format, text}``, a plain string (the ``PLAIN_CAPTION_FORMAT`` caption) or
+    None (no captions). Formats must be the shard contract's (``CAPTION_FORMATS``); anything
+    else is a ``ValueError`` naming ``where`` and the accepted forms."""
+    from krea2.infra.shards import CAPTION_FORMATS
+
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return {PLAIN_CAPTION_FORMAT: value} if value.strip() else {}
+    if isinstance(value, list) and all(
+        isinstance(c, dict) and set(c) == {"format", "text"} for c in value
+    ):
+        value = {c["format"]: c["text"] for c in value}
+    forms = (
+        f'a string, {{"<format>": "<text>"}} or [{{"format": ..., "text": ...}}] with formats '
+        f"from {list(CAPTION_FORMATS)}"
+    )
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: captions must be {forms}, not {type(value).__name__}")
+    for fmt, text in value.items():
+        if fmt not in CAPTION_FORMATS or not isinstance(text, str):
+            raise ValueError(
+                f"{where}: caption {fmt!r}: {text!r} is not valid; captions must be {forms}"
+            )
+    return dict(value)
 
 
 def load_object(spec: str) -> Any:

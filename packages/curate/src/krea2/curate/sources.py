@@ -30,7 +30,8 @@ def sidecar_path(image: Path) -> Path:
 
 def read_sidecar(image: Path) -> dict | None:
     """The JSON object in ``image``'s sidecar, None if there is none; a sidecar that is not
-    a JSON object is a user error naming the file."""
+    a JSON object, or whose captions (``sidecar_captions``) are malformed, is a user error
+    naming the file."""
     path = sidecar_path(image)
     if not path.is_file():
         return None
@@ -40,7 +41,27 @@ def read_sidecar(image: Path) -> dict | None:
         raise UserError(f"sidecar {path} is not valid JSON ({e}); fix or remove it") from None
     if not isinstance(meta, dict):
         raise UserError(f"sidecar {path} must hold a JSON object, not {type(meta).__name__}")
+    try:
+        sidecar_captions(meta, f"sidecar {path}")
+    except ValueError as e:
+        raise UserError(str(e)) from None
     return meta
+
+
+def sidecar_captions(meta: dict | None, where: str = "sidecar") -> dict[str, str]:
+    """The captions a sidecar carries: ``"captions"`` (``{format: text}``, a list of
+    ``{format, text}`` or a string) or ``"caption"`` (a string, filed as the
+    ``plugins.PLAIN_CAPTION_FORMAT`` caption); ``{}`` when it has none. A ``ValueError``
+    names ``where`` for anything else."""
+    from krea2.curate.plugins import captions_from
+
+    meta = meta or {}
+    return captions_from(meta.get("captions", meta.get("caption")), where)
+
+
+def sidecar_captioner(uri: str, meta: dict | None) -> dict[str, str]:
+    """The ``sidecar`` captioner: the captions of the image's sidecar (its row's ``meta``)."""
+    return sidecar_captions(meta, f"metadata of {uri}")
 
 
 def _from_directory(root: Path, source: str, all_files: bool) -> Iterator[dict]:
@@ -61,7 +82,14 @@ def _from_directory(root: Path, source: str, all_files: bool) -> Iterator[dict]:
 
 
 def _from_uri_list(path: Path, source: str) -> Iterator[dict]:
-    for n, line in enumerate(path.read_text().splitlines()):
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise UserError(
+            f"{path} is not a text file of URIs (one per line); ingest takes a directory, "
+            "a .parquet file or a URI list"
+        ) from None
+    for n, line in enumerate(text.splitlines()):
         uri = line.strip()
         if uri and not uri.startswith("#"):
             if "://" not in uri:
@@ -70,9 +98,15 @@ def _from_uri_list(path: Path, source: str) -> Iterator[dict]:
 
 
 def _from_parquet(path: Path, source: str) -> Iterator[dict]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise UserError(
+            f"{path} is not a readable Parquet file ({e}); re-export or re-download it"
+        ) from None
     names = pf.schema_arrow.names
     col = next((c for c in URI_COLUMNS if c in names), None)
     if col is None:
