@@ -2,8 +2,9 @@
 
 Two embedded shards, a job over ``--rows`` rows, ``--workers`` real ``krea2 krablet worker
 --until-empty`` processes. For ``--chaos-s`` seconds one worker (round robin) is SIGKILLed every
-``--kill-every-s`` seconds and replaced at once; at ``--outage-at-s`` shard 1 is stopped
-(pg_ctl fast) and started again ``--outage-s`` later. Then the workers finish the job.
+``--kill-every-s`` seconds and replaced at once; ``--outage-at-s`` after the first result,
+shard 1 is stopped (pg_ctl fast) and started again ``--outage-s`` later. Then the workers
+finish the job.
 
 A row trigger on each shard logs every write of a result (key, clock time), so the run checks:
 every row done with the right value (zero lost), exactly one result write per row (zero double
@@ -152,6 +153,7 @@ def run(
         marks: dict[str, float] = {}
 
         def outage() -> None:
+            marks["left"] = _query(dsns[0], "SELECT count(*) FROM _kq_chaos_square")[0][0]
             marks["stop_begin"] = time.time()
             stop_shard(pgdata[1], mode="fast")
             marks["down"] = time.time()
@@ -164,9 +166,11 @@ def run(
         kills: list[tuple[float, int, list[int]]] = []  # (time, pid, keys it held)
         outage_thread = threading.Thread(target=outage, daemon=True)
         k = 0
-        while time.time() - t0 < chaos_s:
+        while time.time() - t0 < chaos_s or "stop_begin" not in marks:
             time.sleep(kill_every_s)
-            due = time.time() - t0 >= outage_at_s
+            if "progress" not in marks and _query(dsns[0], "SELECT 1 FROM chaos_writes LIMIT 1"):
+                marks["progress"] = time.time()  # the outage clock starts at the first result
+            due = time.time() - marks.get("progress", float("inf")) >= outage_at_s
             if due and not outage_thread.is_alive() and "stop_begin" not in marks:
                 outage_thread.start()
             at = time.time()
@@ -222,6 +226,7 @@ def run(
         "lost": lost,
         "double_writes": double,
         "queue_left": left,
+        "queue_left_at_outage": marks["left"],  # on the healthy shard
         "worker_exit_codes": codes,
         "healthy_rate_before": round(before, 1),
         "healthy_rate_during": round(during, 1),

@@ -30,9 +30,9 @@ def test_killed_workers_and_a_shard_outage_lose_nothing_and_write_each_result_on
         workers=4,
         kill_every_s=2.0,
         chaos_s=12.0,
-        outage_at_s=5.0,
-        outage_s=4.0,
-        delay_s=0.1,
+        outage_at_s=3.0,
+        outage_s=5.0,
+        delay_s=0.5,  # ≤ 160 rows/s: the work outlasts the outage even on a fast machine
         lease_s=2.0,
         finish_timeout_s=120.0,
         say=lambda _msg: None,
@@ -40,4 +40,5 @@ def test_killed_workers_and_a_shard_outage_lose_nothing_and_write_each_result_on
     assert r["kills"] >= 5
     assert (r["lost"], r["double_writes"], r["queue_left"]) == (0, 0, 0), r
     assert r["worker_exit_codes"] == [0, 0, 0, 0], r  # the reachable work, then all of it
+    assert r["queue_left_at_outage"] > 0, r  # the outage happened mid-job
     assert r["healthy_writes_during_outage"] > 0, r  # the live shard kept completing rows

@@ -8,6 +8,7 @@ from krea2.infra.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from krea2.krablet.cluster import Cluster, default_cluster_source, load_cluster
+    from krea2.krablet.connections import ShardsUnreachable, ShardUnavailable
     from krea2.krablet.embedded import start_shard, stop_shard
     from krea2.krablet.funnel import Funnel, FunnelError
     from krea2.krablet.pluck import Handle, PluckTable
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from krea2.krablet.schema import Job, Table
     from krea2.krablet.service import FunnelClient, RpcClient, Served
     from krea2.krablet.warehouse import Warehouse
-    from krea2.krablet.worker import Worker
+    from krea2.krablet.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -37,9 +38,12 @@ _HOMES = {
     "Reader": "reader",
     "RpcClient": "service",
     "Served": "service",
+    "ShardUnavailable": "connections",
+    "ShardsUnreachable": "connections",
     "Table": "schema",
     "Warehouse": "warehouse",
     "Worker": "worker",
+    "WorkerStats": "worker",
     "default_cluster_source": "cluster",
     "load_cluster": "cluster",
     "start_shard": "embedded",
@@ -60,9 +64,12 @@ __all__ = [
     "Reader",
     "RpcClient",
     "Served",
+    "ShardUnavailable",
+    "ShardsUnreachable",
     "Table",
     "Warehouse",
     "Worker",
+    "WorkerStats",
     "default_cluster_source",
     "load_cluster",
     "start_shard",
