@@ -24,6 +24,22 @@ _HOMES: dict[str, str | None] = {
     "group_normalize": "compose",
     "REQUIREMENT_KINDS": "rubric_shapes",
     "ShapesRubricReward": "rubric_shapes",
+    "TEXT_SUB_SCORES": "text",
+    "TextRenderingReward": "text",
+    "quoted_texts": "text",
+    "MlpHead": "head",
+    "FEATURE_NAMES": "features",
+    "image_features": "features",
+    "ARTIFACT_DEFECTS": "artifact",
+    "ArtifactReward": "artifact",
+    "DetectionReport": "artifact",
+    "evaluate_artifact_reward": "artifact",
+    "render_defects": "artifact",
+    "roc_auc": "artifact",
+    "train_artifact_reward": "artifact",
+    "AestheticReward": "aesthetic",
+    "preference_accuracy": "aesthetic",
+    "train_aesthetic_reward": "aesthetic",
 }
 
 __all__ = sorted(_HOMES)
