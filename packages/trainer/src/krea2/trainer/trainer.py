@@ -266,6 +266,10 @@ class Trainer:
                 stage.irepa.encoder, stage.irepa.encoder_dim, factor, cfg.seed
             ).to(env.device)
             module.set_irepa(stage.irepa.layer)
+        if self.objective is not None and self.objective.needs_reference:
+            run.reference = build_module(cfg, stage, env)
+            warm_start(cfg, i, run.reference, env.distributed)
+            run.reference.requires_grad_(False)
         return run
 
     def _resume_from_checkpoint(self, run: StageRun) -> dict[str, Any] | None:
