@@ -1,0 +1,28 @@
+"""krea2.rl.preference: preference pairs and preference optimization (Diffusion-DPO, STPO)
+on a flow-matching DiT, trained on ``krea2.trainer``'s loop (see docs/rl.md)."""
+
+from __future__ import annotations
+
+from krea2.infra.lazy import lazy_exports
+
+_HOMES: dict[str, str | None] = {
+    # the objective
+    "PreferenceConfig": "loss",
+    "PreferenceKind": "loss",
+    "TimeWeight": "loss",
+    "PairTerms": "loss",
+    "pair_terms": "loss",
+    "time_weight": "loss",
+    "PreferenceObjective": "objective",
+    # training
+    "train_preference": "train",
+    "check_preference_job": "train",
+    # pairs on disk
+    "Pair": "shards",
+    "export_pair_shards": "shards",
+    "cli": None,
+}
+
+__all__ = sorted(_HOMES)
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -1,0 +1,101 @@
+"""Run a preference-optimization job: a trainer job config whose stages train on pair
+shards, with the preference objective in place of flow matching.
+
+Everything else is the trainer's: FSDP2 over the ranks torchrun starts, checkpoints every
+``checkpoint.every`` steps, ``resume`` to the exact step, metrics in ``metrics.jsonl``.
+Several ranks: ``torchrun --nproc-per-node 2 -m krea2.rl.preference.train JOB PREF``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from krea2.infra.config import load_config, save_config
+from krea2.infra.errors import UserError
+from krea2.rl.preference.loss import PreferenceConfig
+from krea2.trainer import JobConfig, load_job, validate_job
+
+
+def check_preference_job(cfg: JobConfig, world: int) -> None:
+    """What a preference job needs beyond a trainer job: pairs whole on every rank and one
+    caption per pair (no caption dropout); UserError naming the stage and the fix."""
+    for stage in cfg.stages:
+        if stage.batch_size % (2 * world):
+            raise UserError(
+                f"stage {stage.name!r}: batch_size={stage.batch_size} must be a multiple of "
+                f"2 x {world} rank(s) (a batch row pair is a winner and its loser)"
+            )
+        if stage.caption_dropout:
+            raise UserError(
+                f"stage {stage.name!r}: caption_dropout={stage.caption_dropout} would drop one "
+                f"image's prompt of a pair; set stages.{cfg.stages.index(stage)}.caption_dropout=0"
+            )
+
+
+def train_preference(
+    job: str | Path | JobConfig,
+    preference: PreferenceConfig,
+    overrides: Sequence[str] = (),
+    resume: bool = False,
+) -> Path:
+    """Train ``job`` (a trainer TOML or a :class:`JobConfig`) with ``preference``'s
+    objective; returns the run directory (``metrics.jsonl`` rows of kind ``train`` carry
+    ``winner_gap``, ``loser_gap``, ``margin``, ``accuracy``; ``preference.toml`` records
+    the objective)."""
+    from krea2.infra.logging import setup_logging
+    from krea2.rl.preference.objective import PreferenceObjective
+    from krea2.trainer import Trainer
+
+    cfg = job if isinstance(job, JobConfig) else load_job(job, overrides)
+    trainer_world = _world_size()
+    validate_job(cfg, trainer_world)
+    check_preference_job(cfg, trainer_world)
+    run_dir = Path(cfg.run_dir)
+    setup_logging("INFO", file=run_dir / "train.log.jsonl")
+    trainer = Trainer(cfg, resume=resume, objective=PreferenceObjective(preference))
+    if trainer.env.is_main:
+        save_config(cfg, run_dir / "config.toml")
+        save_config(preference, run_dir / "preference.toml")
+    try:
+        trainer.run()
+    finally:
+        _shutdown()
+    return run_dir
+
+
+def _world_size() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m krea2.rl.preference.train JOB_TOML PREFERENCE_TOML [--resume]
+    [--set key=value ...]``: the entry each torchrun rank runs."""
+    args = list(argv)
+    resume = "--resume" in args
+    args = [a for a in args if a != "--resume"]
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    plain = [a for i, a in enumerate(args) if a != "--set" and (i == 0 or args[i - 1] != "--set")]
+    if len(plain) != 2:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    try:
+        train_preference(plain[0], load_config(PreferenceConfig, plain[1]), sets, resume)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,97 @@
+"""Preference optimization on the trainer's loop: metrics, exact resume after SIGKILL, and
+FSDP on 2 gloo ranks equal to one process."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from krea2.infra.config import save_config
+from krea2.infra.errors import UserError
+from krea2.rl.preference import PreferenceConfig, train_preference
+from krea2.trainer import load_job, read_metrics
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pref_helpers import launch, pair_job, write_pairs
+
+STEPS = 6
+PREF = PreferenceConfig(kind="stpo", beta=200.0)
+
+
+def _rows(run: Path) -> list[dict]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return write_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+def _job(root: Path, shards: Path, **kw) -> tuple[Path, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    job = pair_job(root, shards, STEPS, **kw)
+    pref = save_config(PREF, root / "pref.toml")
+    return job, pref
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory, shards) -> list[dict]:
+    job, pref = _job(tmp_path_factory.mktemp("single"), shards)
+    out, _ = (proc := launch(1, str(job), str(pref))).communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    return _rows(job.parent / "run")
+
+
+def test_the_first_step_starts_at_the_reference_and_logs_the_preference_metrics(single_run):
+    first = single_run[0]
+    assert first["loss"] == pytest.approx(math.log(2), abs=1e-5)  # policy == reference
+    assert first["winner_gap"] == pytest.approx(0, abs=1e-7)
+    for key in ("winner_gap", "loser_gap", "margin", "accuracy", "winner_error", "grad_norm"):
+        assert all(math.isfinite(r[key]) for r in single_run), key
+    assert [r["step"] for r in single_run] == list(range(STEPS))
+    assert single_run[-1]["margin"] > 0  # the pairs are learnable: the margin opens
+
+
+def test_kill_and_resume_repeats_the_loss_sequence(tmp_path, shards, single_run):
+    job, pref = _job(tmp_path, shards)
+    proc = launch(1, str(job), str(pref))
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.exists() and any(r["step"] >= 4 for r in _rows(tmp_path / "run"))):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    out, _ = (proc := launch(1, str(job), str(pref), "--resume")).communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    by_step = {r["step"]: r for r in _rows(tmp_path / "run")}  # resumed rows overwrite
+    assert sorted(by_step) == list(range(STEPS))
+    for ref in single_run:
+        assert by_step[ref["step"]]["loss"] == pytest.approx(ref["loss"], rel=1e-6, abs=1e-9)
+
+
+def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, shards, single_run):
+    job, pref = _job(tmp_path, shards, every=0)
+    out, _ = (proc := launch(2, str(job), str(pref))).communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    rows = _rows(tmp_path / "run")
+    assert len(rows) == STEPS
+    for a, b in zip(single_run, rows, strict=True):
+        for key in ("loss", "winner_gap", "loser_gap", "margin", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+
+def test_caption_dropout_or_an_odd_batch_is_refused_before_training(tmp_path, shards):
+    job, _ = _job(tmp_path, shards)
+    cfg = load_job(job, ["stages.0.caption_dropout=0.1"])
+    with pytest.raises(UserError, match="caption_dropout"):
+        train_preference(cfg, PREF)
+    cfg = load_job(job, ["stages.0.batch_size=5"])
+    with pytest.raises(UserError, match="multiple of 2"):
+        train_preference(cfg, PREF)
