@@ -40,6 +40,20 @@ _HOMES: dict[str, str | None] = {
     "AestheticReward": "aesthetic",
     "preference_accuracy": "aesthetic",
     "train_aesthetic_reward": "aesthetic",
+    "OpenAICompatibleClient": "openai_client",
+    "RUBRIC_SUB_SCORES": "rubric_llm",
+    "RubricReward": "rubric_llm",
+    "REWARD_KINDS": "registry",
+    "load_reward": "registry",
+    "ServerConfig": "server",
+    "ServerThread": "server",
+    "TOKEN_ENV": "server",
+    "create_app": "server",
+    "serve": "server",
+    "RewardClient": "client",
+    "RewardServerError": "client",
+    "cli": None,
+    "wire": None,
 }
 
 __all__ = sorted(_HOMES)
