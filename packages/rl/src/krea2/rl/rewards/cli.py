@@ -38,8 +38,9 @@ def serve_reward(
     max_wait_ms: Annotated[float, typer.Option(help="Longest wait to fill a batch.")] = 5.0,
     request_timeout_s: Annotated[float, typer.Option(help="504 after this long.")] = 60.0,
 ) -> None:
-    """Serve a reward over HTTP (POST /score, GET /health, GET /metrics), with dynamic
-    batching.
+    """Serve a reward over HTTP with dynamic batching (POST /score, /health, /metrics).
+
+    Loopback by default; a non-loopback --host needs --token. Wire format: krea2.rl.rewards.wire.
 
     Example: krea2 rl serve-reward --kind rubric --port 7440 --max-batch 32
     """
@@ -107,8 +108,10 @@ def score(
     out: Annotated[Path | None, typer.Option(help="Write JSONL here (default stdout).")] = None,
     batch_size: Annotated[int, typer.Option(help="Images per reward call.")] = 16,
 ) -> None:
-    """Score a folder of images with their prompts (sidecar <stem>.txt / <stem>.json, or
-    --prompts); one JSON line per image with its score and sub-scores.
+    """Score a folder of images with their prompts; one JSON line per image.
+
+    Prompts come from a sidecar <stem>.txt or <stem>.json ("prompt"), or --prompts FILE.jsonl.
+    Scores in-process (--kind) or on a reward server (--url).
 
     Example: krea2 rl score renders/ --kind rubric --out scores.jsonl
     """
