@@ -169,8 +169,8 @@ def sample(
     time shift (what krea2 dit sample cannot rebuild, e.g. the toy's word table); writes
     OUT/grid.png with the prompts under each row, and one PNG per image.
 
-    Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "a red circle in the
-    top left" --seeds 0,1 --steps 20 --out samples/
+    Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "blob 3 in cell 4"
+    --seeds 0,1 --steps 20 --out samples/
     """
     from krea2.infra.errors import UserError
     from krea2.trainer.inference import sample_run
