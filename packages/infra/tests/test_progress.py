@@ -21,9 +21,9 @@ def test_plain_lines_have_count_percent_rate_eta_and_fields(monkeypatch):
         for _ in range(4):
             bar.advance(loss="0.5000")
     lines = out.getvalue().strip().splitlines()
-    assert len(lines) == 5  # one per update at interval 0, plus the last line
+    assert len(lines) == 4  # one per update at interval 0; the end repeats no line
     assert lines[0].startswith("train 32px: 1/10 step (10%)")
-    assert "step/s" in lines[-2] and "eta " in lines[-2] and "loss=0.5000" in lines[-2]
+    assert "step/s" in lines[-1] and "eta " in lines[-1] and "loss=0.5000" in lines[-1]
     assert lines[-1].startswith("train 32px: 4/10 step (40%)")
 
 

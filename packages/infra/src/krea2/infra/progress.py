@@ -77,6 +77,7 @@ class Progress:
         self._start_completed = completed
         self._start = time.monotonic()
         self._last_line = self._start
+        self._written: int | None = None  # the count the last plain line showed
         self._bar: Any = None
         self._task: Any = None
 
@@ -128,7 +129,7 @@ class Progress:
             self._refresh_bar()
             self._bar.stop()
             self._bar = None
-        elif self.mode == "plain":
+        elif self.mode == "plain" and (interrupted or self.completed != self._written):
             self._write_line(suffix=" (stopped)" if interrupted else "")
 
     # ------------------------------------------------------------------ updates
@@ -187,6 +188,7 @@ class Progress:
 
     def _write_line(self, suffix: str = "") -> None:
         self._last_line = time.monotonic()
+        self._written = self.completed
         print(self.line() + suffix, file=self.stream, flush=True)
 
     def _refresh_bar(self) -> None:
