@@ -83,3 +83,18 @@ def test_each_child_runs_the_warm_up_before_it_takes_work():
         assert p.map(eval, [ran]) == [1]
     finally:
         p.close()
+
+
+def test_a_child_stopped_from_outside_is_replaced_and_its_item_run_again():
+    import signal
+
+    p = IsolatedPool(processes=1, timeout_s=60.0, memory_mb=1024)
+    try:
+        pid = p.map(eval, ["__import__('os').getpid()"])[0]
+        # the item kills its own child with SIGTERM, as a `kill` of the process group does
+        # the first time; the fresh child runs it again (another pid, so it survives)
+        code = f"(lambda os: os.kill(os.getpid(), 15) if os.getpid() == {pid} else 'ran')"
+        out = p.map(eval, [code + "(__import__('os'))"])
+        assert out == ["ran"] and p.retried == 0 and signal.SIGTERM == 15
+    finally:
+        p.close()

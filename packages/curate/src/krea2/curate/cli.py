@@ -286,7 +286,7 @@ def pool(
     """Write a ShapesWorld raw pool with injected defects and ground-truth labels; each
     scene's spec goes in a sidecar <stem>.json that ingest reads into the row's metadata.
 
-    Example: krea2 curate pool --out /tmp/pool && krea2 curate ingest /tmp/pool --name pool
+    Example: krea2 curate pool --out pool --clean 20 --per-defect 2
     """
     from krea2.curate import shapes
 

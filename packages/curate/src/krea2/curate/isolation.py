@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import pickle
 import resource
 import signal
 import time
@@ -56,27 +57,25 @@ def _serve(conn: Connection, memory_mb: int, timeout_s: float, warm_up: Any) -> 
     if warm_up is not None:
         warm_up()
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    conn.send(("ready", None))
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:
-            return
-        fn, arg = task
-        # The kernel sends SIGXCPU (default action: terminate) past the soft limit.
-        soft = math.ceil(_cpu_seconds() + timeout_s)
-        resource.setrlimit(
-            resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
-        )
-        try:
-            reply: tuple[str, Any] = ("ok", fn(arg))
-        except Exception as exc:
-            reply = ("error", exc)
-        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
-        try:
-            conn.send(reply)
-        except Exception as exc:  # an unpicklable result or exception
-            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    try:
+        conn.send(("ready", None))
+        while True:
+            fn, arg = conn.recv()
+            # The kernel sends SIGXCPU (default action: terminate) past the soft limit.
+            soft = math.ceil(_cpu_seconds() + timeout_s)
+            capped = soft if hard == resource.RLIM_INFINITY else min(soft, hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (capped, hard))
+            try:
+                reply: tuple[str, Any] = ("ok", fn(arg))
+            except Exception as exc:
+                reply = ("error", exc)
+            resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+            try:
+                conn.send(reply)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                conn.send(("error", RuntimeError(f"unpicklable result: {exc}")))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the parent is gone or closed the pool: nothing left to answer
 
 
 @dataclass
@@ -166,6 +165,8 @@ class IsolatedPool:
                                 ) from None
                         elif code == -signal.SIGXCPU:
                             failure = f"used more than {self.timeout_s} s of CPU time"
+                        elif code in (-signal.SIGTERM, -signal.SIGHUP):
+                            todo.appendleft(child.item)  # stopped from outside: not its fault
                         else:
                             failure = f"worker died (exit code {code})"
                         self._replace(i)
