@@ -20,6 +20,10 @@ _HOMES: dict[str, str | None] = {
     # pairs on disk
     "Pair": "shards",
     "export_pair_shards": "shards",
+    # on-policy pairs and drift
+    "generate_pairs": "onpolicy",
+    "rank_pairs": "onpolicy",
+    "high_frequency_energy": "measures",
     "cli": None,
 }
 
