@@ -1,4 +1,4 @@
-"""`krea2 demo --quick` end to end: killed mid-run, re-run to completion, report checked.
+"""`krea2 demo --quick` end to end: stopped in every stage, re-run to completion, checked.
 
 This is the cross-package integration test: embedded shards, a defect-laden pool, krablet
 workers running the curate DAG, Parquet export at two resolutions, the trainer, sampling,
@@ -7,11 +7,14 @@ the rubric verifier and the report, through the packages' public commands and AP
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,38 +30,112 @@ def run_demo(out: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*DEMO, "--out", str(out)], capture_output=True, text=True, timeout=900)
 
 
-def kill_when(out: Path, record: str, timeout: float = 600) -> None:
-    """Start the demo and SIGKILL it (and its workers) once stage ``record`` has finished."""
+def stop_in(out: Path, stage: str, after_s: float, sig: signal.Signals) -> tuple[int, str]:
+    """Start the demo and, ``after_s`` seconds into ``stage`` (once its banner is out),
+    send ``sig`` to its whole process group, as a terminal's Ctrl-C does (workers and
+    all). Returns the exit status and stderr."""
     proc = subprocess.Popen(
         [*DEMO, "--out", str(out)],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
-    deadline = time.time() + timeout
+    lines: list[str] = []
+    started = threading.Event()
+    banner = re.compile(rf"─ {re.escape(stage)}: ")
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if banner.search(line):
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        while time.time() < deadline and proc.poll() is None:
-            if (out / "stages" / f"{record}.json").exists():
-                time.sleep(1.0)  # into the next stage
-                break
-            time.sleep(0.2)
+        deadline = time.time() + 600
+        while not started.wait(0.5):
+            if proc.poll() is not None or time.time() > deadline:
+                reader.join(10)
+                pytest.fail(f"stage {stage} never started:\n{''.join(lines)[-3000:]}")
+        time.sleep(after_s)
+        os.killpg(proc.pid, sig)
+        rc = proc.wait(180)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(10)
+    return rc, "".join(lines)
+
+
+# (stage, seconds into it, signal): Ctrl-C in each kind of stage, and one SIGKILL (no
+# chance to clean up) just after the exports, so the re-runs must resume from records,
+# the warehouse and checkpoints alike.
+STOPS = [
+    ("pool", 0.5, signal.SIGINT),
+    ("curate", 8.0, signal.SIGINT),
+    ("export-32", 1.0, signal.SIGINT),
+    ("pretrain", 1.0, signal.SIGKILL),
+    ("pretrain", 10.0, signal.SIGINT),
+    ("sample", 2.0, signal.SIGINT),
+]
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
+    """A quick demo stopped in every stage in turn, then re-run to completion."""
     out = tmp_path_factory.mktemp("demo")
-    kill_when(out, "export-64")
+    curated = None
+    for stage, after_s, sig in STOPS:
+        rc, err = stop_in(out, stage, after_s, sig)
+        if sig == signal.SIGINT:
+            assert rc == 130, f"Ctrl-C in {stage} exited {rc}:\n{err[-3000:]}"
+            assert err.strip().splitlines()[-1] == "interrupted", err[-3000:]
+        assert not (out / "stages" / f"{stage}.json").exists(), f"{stage} recorded as done"
+        if curated is None and (out / "stages" / "curate.json").exists():
+            curated = json.loads((out / "stages" / "curate.json").read_text())
     assert not (out / "summary.json").exists()
-    before = json.loads((out / "stages" / "curate.json").read_text())
     result = run_demo(out)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     after = json.loads((out / "stages" / "curate.json").read_text())
-    assert after == before, "the finished curate stage was redone"
+    assert after == curated, "the finished curate stage was redone"
     assert "done earlier" in result.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo-uninterrupted")
+    result = run_demo(out)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out
+
+
+def shard_rows(out: Path) -> dict[str, list[tuple]]:
+    """Every exported row, in order, per training stage: key, image digest, captions."""
+    import pyarrow.parquet as pq
+
+    rows: dict[str, list[tuple]] = {}
+    for f in sorted(out.glob("shards/*/shard-*.parquet")):
+        for r in pq.read_table(f, columns=["key", "image", "captions"]).to_pylist():
+            digest = hashlib.sha256(r["image"]).hexdigest()
+            rows.setdefault(f.parent.name, []).append((r["key"], digest, str(r["captions"])))
+    return rows
+
+
+@pytest.mark.timeout(1800)  # builds both runs: the stopped-and-resumed one and a plain one
+def test_interrupted_runs_resume_to_exactly_the_rows_of_an_uninterrupted_run(
+    demo, uninterrupted
+):
+    assert shard_rows(demo) == shard_rows(uninterrupted)
+    got, want = (json.loads((d / "summary.json").read_text()) for d in (demo, uninterrupted))
+    assert got["curation"]["counts"] == want["curation"]["counts"]
+    assert got["export"] == {
+        side: {**e, "dir": e["dir"].replace(str(uninterrupted), str(demo))}
+        for side, e in want["export"].items()
+    }
 
 
 def test_summary_has_every_stage_and_curation_metrics(demo):
