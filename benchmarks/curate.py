@@ -11,6 +11,9 @@ CPU seconds of this process (``time.process_time``, every thread included), not 
 the machine is shared, and other processes' load would otherwise count against whichever
 side ran while it peaked.
 
+long module: the image sets (real, ShapesWorld, four generated large classes), the baseline
+and the report live together so that one file states what is measured against what.
+
 Targets: ours ≥ 3× baseline images/s per core on every set; decode ≥ 60% of our per-image
 time. Sets: the bundled real photos, ShapesWorld JPEGs, and four classes of large images
 composed at run time from the real photos (``large_images``: ≥ 12 MP JPEGs, 16-bit PNGs,
