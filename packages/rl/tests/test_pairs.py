@@ -58,3 +58,14 @@ def test_high_frequency_energy_rises_with_speckle():
     rng = np.random.default_rng(0)
     noisy = np.clip(clean + rng.normal(0, 30, clean.shape), 0, 255).astype(np.uint8)
     assert high_frequency_energy(noisy) > 2 * high_frequency_energy(clean)
+
+
+def test_several_pairs_per_prompt_match_the_kth_best_with_the_kth_worst():
+    scores = np.array([[0.1, 0.9, 0.5, 0.7, 0.3, 0.5]])
+    uris = [[f"u{i}" for i in range(6)]]
+    pairs = rank_pairs(["p"], scores, uris, list(range(6)), 3, pairs_per_prompt=3)
+    got = [(p.winner_seed, p.loser_seed) for p in pairs]
+    assert got == [(1, 0), (3, 4)]  # the third pair (two 0.5s) ties: left out
+    assert len({p.pair_id for p in pairs}) == 2
+    with pytest.raises(UserError, match=r"pairs_per_prompt=4 must be in 1\.\.3"):
+        rank_pairs(["p"], scores, uris, list(range(6)), 3, pairs_per_prompt=4)

@@ -24,6 +24,11 @@ _HOMES: dict[str, str | None] = {
     "generate_pairs": "onpolicy",
     "rank_pairs": "onpolicy",
     "high_frequency_energy": "measures",
+    # the demo's preference stage
+    "PreferenceStageSettings": "stage",
+    "preference_stage": "stage",
+    "shapes_preference_reward": "stage",
+    "preference_job": "stage_job",
     "cli": None,
 }
 

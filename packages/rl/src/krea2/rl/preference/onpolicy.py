@@ -24,34 +24,58 @@ def rank_pairs(
     model_step: int | None,
     sub_scores: dict[str, np.ndarray] | None = None,
     min_gap: float = 0.0,
+    pairs_per_prompt: int = 1,
 ) -> list[Pair]:
-    """One pair per prompt from ``scores`` [P, N] (reward of sample n of prompt p, drawn
-    with ``seeds[n]``; its PNG at ``uris[p][n]``): the best-scored sample wins, the worst
-    loses. Prompts whose best and worst differ by less than ``min_gap`` (or not at all)
-    give no pair: a tie teaches nothing."""
+    """Up to ``pairs_per_prompt`` pairs per prompt from ``scores`` [P, N] (reward of sample
+    n of prompt p, drawn with ``seeds[n]``; its PNG at ``uris[p][n]``): the k-th best sample
+    against the k-th worst (k = 1: best vs worst), each sample in at most one pair, so
+    ``pairs_per_prompt`` is at most N // 2. Pairs whose scores differ by less than
+    ``min_gap`` (or not at all) are left out: a tie teaches nothing."""
+    if not 1 <= pairs_per_prompt <= max(1, scores.shape[1] // 2):
+        raise UserError(
+            f"pairs_per_prompt={pairs_per_prompt} must be in 1..{scores.shape[1] // 2} "
+            f"for {scores.shape[1]} samples per prompt (each sample in one pair at most)"
+        )
     pairs = []
     for p, prompt in enumerate(prompts):
         row = scores[p]
-        w, lo = int(np.argmax(row)), int(np.argmin(row))
-        gap = float(row[w] - row[lo])
-        if gap <= 0 or gap < min_gap:
-            continue
-        subs = {k: [float(v[p, w]), float(v[p, lo])] for k, v in (sub_scores or {}).items()}
-        key = hashlib.sha1(f"{prompt}|{seeds[w]}|{seeds[lo]}|{model_step}".encode()).hexdigest()
-        pairs.append(
-            Pair(
-                pair_id=key[:16],
-                prompt=prompt,
-                winner_uri=uris[p][w],
-                loser_uri=uris[p][lo],
-                source="on-policy",
-                model_step=model_step,
-                winner_seed=int(seeds[w]),
-                loser_seed=int(seeds[lo]),
-                scores={"winner": float(row[w]), "loser": float(row[lo]), "sub": subs},
-            )
-        )
+        order = np.argsort(-row, kind="stable")
+        for k in range(pairs_per_prompt):
+            w, lo = int(order[k]), int(order[len(order) - 1 - k])
+            pair = _pair(prompt, row, w, lo, uris[p], seeds, model_step, sub_scores, p, min_gap)
+            if pair is not None:
+                pairs.append(pair)
     return pairs
+
+
+def _pair(
+    prompt: str,
+    row: np.ndarray,
+    w: int,
+    lo: int,
+    uris: Sequence[str],
+    seeds: Sequence[int],
+    model_step: int | None,
+    sub_scores: dict[str, np.ndarray] | None,
+    p: int,
+    min_gap: float,
+) -> Pair | None:
+    gap = float(row[w] - row[lo])
+    if gap <= 0 or gap < min_gap:
+        return None
+    subs = {k: [float(v[p, w]), float(v[p, lo])] for k, v in (sub_scores or {}).items()}
+    key = hashlib.sha1(f"{prompt}|{seeds[w]}|{seeds[lo]}|{model_step}".encode()).hexdigest()
+    return Pair(
+        pair_id=key[:16],
+        prompt=prompt,
+        winner_uri=uris[w],
+        loser_uri=uris[lo],
+        source="on-policy",
+        model_step=model_step,
+        winner_seed=int(seeds[w]),
+        loser_seed=int(seeds[lo]),
+        scores={"winner": float(row[w]), "loser": float(row[lo]), "sub": subs},
+    )
 
 
 def generate_pairs(
@@ -66,11 +90,13 @@ def generate_pairs(
     cfg_scale: float = 2.0,
     min_gap: float = 0.0,
     batch_prompts: int = 16,
+    pairs_per_prompt: int = 1,
 ) -> list[Pair]:
     """Sample ``samples_per_prompt`` images per prompt from the newest checkpoint of
     ``job.stages[stage_index]`` (seeds ``seed .. seed + N - 1``, Euler ``steps``, CFG
     ``cfg_scale``), save them as PNGs under ``out``, score them with ``reward`` and rank
-    them into pairs (:func:`rank_pairs`). The pairs' ``model_step`` is the stage's last."""
+    them into ``pairs_per_prompt`` pairs per prompt (:func:`rank_pairs`). The pairs'
+    ``model_step`` is the stage's last."""
     from PIL import Image
 
     if samples_per_prompt < 2:
@@ -97,6 +123,8 @@ def generate_pairs(
             shape = (len(chunk), len(seeds))
             subs = {k: np.asarray(v).reshape(shape) for k, v in scored.sub_scores.items()}
             scores = np.asarray(scored.scores).reshape(shape)
-            pairs += rank_pairs(chunk, scores, uris, seeds, model_step, subs, min_gap)
+            pairs += rank_pairs(
+                chunk, scores, uris, seeds, model_step, subs, min_gap, pairs_per_prompt
+            )
             bar.update(start + len(chunk))
     return pairs

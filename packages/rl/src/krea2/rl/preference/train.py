@@ -20,8 +20,13 @@ from krea2.trainer import JobConfig, load_job, validate_job
 
 def check_preference_job(cfg: JobConfig, world: int) -> None:
     """What a preference job needs beyond a trainer job: pairs whole on every rank and one
-    caption per pair (no caption dropout); UserError naming the stage and the fix."""
+    caption per pair (no caption dropout); UserError naming the stage and the fix. Stages
+    already finished in ``cfg.run_dir`` (e.g. the pretraining stages a preference stage
+    starts after) are not run again, so they are not checked."""
+    done = Path(cfg.run_dir) / "checkpoints"
     for stage in cfg.stages:
+        if (done / f"{stage.name}.done").exists():
+            continue
         if stage.batch_size % (2 * world):
             raise UserError(
                 f"stage {stage.name!r}: batch_size={stage.batch_size} must be a multiple of "
