@@ -24,6 +24,14 @@ _HOMES: dict[str, str | None] = {
     "generate_pairs": "onpolicy",
     "rank_pairs": "onpolicy",
     "high_frequency_energy": "measures",
+    # pairs in a krablet table
+    "PAIRS_TABLE": "table",
+    "pairs_table": "table",
+    "open_pairs": "table",
+    "write_pairs": "table",
+    "read_pairs": "table",
+    "set_choice": "table",
+    "missing_images": "table",
     # the demo's preference stage
     "PreferenceStageSettings": "stage",
     "preference_stage": "stage",
