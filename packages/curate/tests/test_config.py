@@ -40,7 +40,7 @@ def test_bad_stage_overrides_name_the_key_and_the_fix(tmp_path):
         load_curate_config(None, ["stages.256.max_aspekt=2.5"])
     with pytest.raises(ConfigError, match=r"stages\.256\.max_aspect"):
         load_curate_config(None, ["stages.256.max_aspect=wide"])
-    with pytest.raises(ConfigError, match=r"stages\.<stage>\.<threshold>"):
+    with pytest.raises(ConfigError, match=r"stages\.<name>\.<field>=value"):
         load_curate_config(None, ["stages.max_aspect=2.5"])
     with pytest.raises(UserError, match="stage '2048' has no thresholds"):
         load_curate_config(None, [], stage="2048")

@@ -184,3 +184,44 @@ def test_numeric_override_keys_index_lists_of_tables(tmp_path):
         load_config(Job, path, ["stages.2.steps=1"])
     with pytest.raises(ConfigError, match=r"stages\.1\.stepz.*did you mean 'steps'"):
         load_config(Job, path, ["stages.1.stepz=1"])
+
+
+@dataclass
+class Thresholds:
+    min_side: int = 256
+    max_aspect: float = 3.0
+
+
+def _default_stages() -> dict[str, Thresholds]:
+    return {"256": Thresholds(), "1024": Thresholds(min_side=1024, max_aspect=2.0)}
+
+
+@dataclass
+class NamedSections:
+    stage: str = "256"
+    stages: dict[str, Thresholds] = field(default_factory=_default_stages)
+    weights: dict[str, float] = field(default_factory=lambda: {"a": 1.0, "b": 2.0})
+
+
+def test_named_sections_are_set_by_name_and_merge_onto_their_defaults(tmp_path):
+    cfg = load_config(NamedSections, None, ["stages.256.max_aspect=2.5"])
+    assert cfg.stages == {"256": Thresholds(256, 2.5), "1024": Thresholds(1024, 2.0)}
+    path = tmp_path / "c.toml"
+    path.write_text("[stages.1024]\nmax_aspect = 1.5\n[stages.2048]\nmin_side = 2048\n")
+    cfg = load_config(NamedSections, path, ["stages.2048.max_aspect=1.2"])
+    assert cfg.stages == {
+        "256": Thresholds(256, 3.0),
+        "1024": Thresholds(1024, 1.5),
+        "2048": Thresholds(2048, 1.2),
+    }
+    with pytest.raises(ConfigError, match=r"stages\.256\.max_aspct.*did you mean 'max_aspect'"):
+        load_config(NamedSections, None, ["stages.256.max_aspct=2.5"])
+    with pytest.raises(ConfigError, match=r"holds named Thresholds sections.*stages\.<name>"):
+        load_config(NamedSections, None, ["stages.max_aspect=2.5"])
+
+
+def test_a_plain_dict_is_replaced_not_merged(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[weights]\nc = 3.0\n")
+    assert load_config(NamedSections, path).weights == {"c": 3.0}
+    assert load_config(NamedSections, None, ["weights.a=0.5"]).weights == {"a": 0.5, "b": 2.0}

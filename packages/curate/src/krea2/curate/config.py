@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -119,48 +118,16 @@ def load_curate_config(
 ) -> CurateConfig:
     """A ``CurateConfig`` from a TOML file (optional) and ``key=value`` overrides.
 
-    Stages merge: a file's ``[stages.256]`` table and an override
-    ``stages.256.max_aspect=2.5`` change only the fields they name, on top of that stage's
-    defaults (a new stage, e.g. ``[stages.2048]``, starts from ``StageThresholds()``); the
-    other stages keep theirs. Every other key is read by ``krea2.infra.config.load_config``.
-    ``stage``: the resolution stage to use (overrides ``stage`` of the file).
+    Stages merge (``krea2.infra.config``'s named sections): a file's ``[stages.256]`` table
+    and an override ``stages.256.max_aspect=2.5`` change only the fields they name, on top
+    of that stage's defaults (a new stage, e.g. ``[stages.2048]``, starts from
+    ``StageThresholds()``); the other stages keep theirs. ``stage``: the resolution stage
+    to use (overrides ``stage`` of the file).
     """
-    import tomllib
+    from krea2.infra.config import load_config
 
-    from krea2.infra.config import ConfigError, load_config, parse_override
-
-    stage_sets: list[tuple[str, str, str]] = []  # (stage, field, raw value)
-    rest: list[str] = []
-    for text in overrides:
-        keys, _ = parse_override(text)
-        if keys[0] != "stages":
-            rest.append(text)
-            continue
-        if len(keys) != 3:
-            raise ConfigError(
-                f"override '{text}': write stages.<stage>.<threshold>=value, e.g. "
-                "stages.256.max_aspect=2.5"
-            )
-        stage_sets.append((keys[1], keys[2], text.split("=", 1)[1]))
-    cfg = load_config(CurateConfig, path, rest)
-    given: dict[str, dict[str, object]] = {}  # fields each stage table of the file names
-    if path is not None:
-        for name, table in tomllib.loads(Path(path).read_text()).get("stages", {}).items():
-            given[str(name)] = {f: getattr(cfg.stages[str(name)], f) for f in table}
-    for name, fname, raw in stage_sets:
-        known = [f.name for f in fields(StageThresholds)]
-        if fname not in known:
-            close = difflib.get_close_matches(fname, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(known)}"
-            raise ConfigError(f"unknown config key 'stages.{name}.{fname}' in --set{hint}")
-        try:
-            parsed = load_config(StageThresholds, None, [f"{fname}={raw}"])
-        except ConfigError as e:
-            raise ConfigError(str(e).replace(f"'{fname}'", f"'stages.{name}.{fname}'", 1)) from None
-        given.setdefault(name, {})[fname] = getattr(parsed, fname)
-    stages = _stages()
-    for name, values in given.items():
-        stages[name] = replace(stages.get(name, StageThresholds()), **values)
-    cfg = replace(cfg, stages=stages, stage=stage or cfg.stage)
+    cfg = load_config(CurateConfig, path, overrides)
+    if stage:
+        cfg = replace(cfg, stage=stage)
     cfg.thresholds()  # fail now, with the fix, on a stage without thresholds
     return cfg

@@ -5,6 +5,12 @@ A config is a tree of (frozen or plain) dataclasses. Leaves may be ``bool``, ``i
 ``X | None``, ``list[X]``, ``tuple[X, ...]`` or ``dict[str, X]``. Every mistake — an
 unknown key, a wrong type, a malformed override — raises :class:`ConfigError` with one
 message naming the key, the file and the closest valid key.
+
+A ``dict[str, <dataclass>]`` field holds named sections (``stages.256``): a file's
+``[stages.256]`` table or ``--set stages.256.max_aspect=2.5`` changes only the fields it
+names, on top of that entry's default; the other entries keep theirs. A plain
+``dict[str, X]`` given by a file replaces the default; ``--set weights.a=0.5`` changes one
+key and keeps the others.
 """
 
 from __future__ import annotations
@@ -157,7 +163,8 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str, where: str | None
     for name, tp in types_.items():
         full = f"{prefix}.{name}" if prefix else name
         if name in data:
-            kwargs[name] = _coerce(data[name], tp, full, where)
+            value = _merged_entries(cls, name, tp, data[name])
+            kwargs[name] = _coerce(value, tp, full, where)
     try:
         return cls(**kwargs)
     except TypeError as exc:
@@ -175,6 +182,41 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str, where: str | None
         raise ConfigError(f"config section '{prefix or '<root>'}'{_source(where)}: {exc}") from None
     except (ValueError, AssertionError) as exc:  # __post_init__ validation
         raise ConfigError(f"config section '{prefix or '<root>'}'{_source(where)}: {exc}") from None
+
+
+def _field_default(cls: Any, name: str) -> Any:
+    """The default value of dataclass ``cls``'s field ``name``, or None if it has none."""
+    if not _is_dataclass_type(cls):
+        return None
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            return None if f.default is dataclasses.MISSING else f.default
+    return None
+
+
+def _merged_entries(cls: type, name: str, tp: Any, given: Any) -> Any:
+    """For a ``dict[str, <dataclass>]`` field with default entries (named sections such as
+    ``stages.256``), the given entries on top of the defaults: a named entry changes only
+    the fields it names, the other entries keep their defaults. Anything else: ``given``."""
+    args = typing.get_args(tp)
+    if (
+        typing.get_origin(tp) not in (dict, Mapping)
+        or len(args) != 2
+        or not _is_dataclass_type(args[1])
+        or not isinstance(given, Mapping)
+    ):
+        return given
+    default = _field_default(cls, name)
+    if default is None:
+        return given
+    merged = {key: _plain(entry) for key, entry in default.items()}
+    for key, entry in given.items():
+        base = merged.get(key)
+        both = isinstance(base, dict) and isinstance(entry, Mapping)
+        merged[key] = {**base, **entry} if both else entry
+    return merged
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -218,6 +260,24 @@ def _apply_override(
                 return
             node, tp = node[int(key)], typing.get_args(tp)[0] if typing.get_args(tp) else Any
             continue
+        if typing.get_origin(tp) in (dict, Mapping):  # a named entry: any key is valid
+            entry = typing.get_args(tp)[1] if typing.get_args(tp) else Any
+            if last and _is_dataclass_type(entry) and not isinstance(value, dict):
+                section = ".".join(keys[:depth])
+                raise ConfigError(
+                    f"override '{text}': '{section}' holds named {entry.__name__} sections; "
+                    f"write {section}.<name>.<field>=value"
+                )
+            if last:
+                node[key] = value
+                return
+            tp = entry
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = {}
+                node[key] = child
+            node = child
+            continue
         types_ = _field_types(tp) if _is_dataclass_type(tp) else None
         if types_ is not None and key not in types_:
             raise ConfigError(
@@ -226,12 +286,16 @@ def _apply_override(
         if last:
             node[key] = value
             return
-        tp = types_[key] if types_ is not None else Any
+        parent, tp = tp, (types_[key] if types_ is not None else Any)
+        if typing.get_origin(tp) in (dict, Mapping) and key not in node:
+            # One entry set from the command line keeps the others (the field's default).
+            node[key] = _plain(_field_default(parent, key) or {})
         child = node.get(key)
         if typing.get_origin(tp) in (list, Sequence) and isinstance(child, list):
             node = child
             continue
-        tp = next((a for a in typing.get_args(tp) if _is_dataclass_type(a)), tp)
+        if typing.get_origin(tp) not in (dict, Mapping):
+            tp = next((a for a in typing.get_args(tp) if _is_dataclass_type(a)), tp)
         if not isinstance(child, dict):
             child = {}
             node[key] = child
