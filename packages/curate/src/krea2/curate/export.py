@@ -1,6 +1,6 @@
 """Training-shard export: bucket by aspect ratio, crop+resize ahead of time, shuffle, pack.
 
-Shards follow ``krea2.infra.shards`` (ARCHITECTURE.md contract 2). For a resolution stage of
+Shards follow ``krea2.infra.shards`` (docs/architecture.md, contract 2). For a resolution stage of
 side S, the buckets are the sizes of about S² pixels at the aspect ratios ``ASPECTS`` (both
 orientations), each side a multiple of max(4, S/8): ``stage_buckets(256)`` is
 256×256, 288×224, 224×288, 320×224, 224×320, 352×192, 192×352 (16:9 and 2:1 meet).

@@ -17,7 +17,7 @@ _MODULE_OF = {
     "DiTConfig": "config",
     "CONFIGS": "config",
     "get_config": "config",
-    # component registry (ARCHITECTURE contract 6)
+    # component registry (docs/architecture.md, contract 6)
     "AUTOENCODERS": "components",
     "TEXT_ENCODERS": "components",
     "ComponentSpec": "components",

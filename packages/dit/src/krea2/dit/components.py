@@ -2,7 +2,7 @@
 
 A spec is `KIND` or `KIND:ARG` (ARG: a local path, or pixel's factor / tiny's seed), e.g.
 `pixel`, `pixel:2`, `qwen-image:/models/qwen-image`, `flux2:PATH`, `qwen3-vl:PATH`,
-`tiny:0`. Every sampler and trainer names its components this way (ARCHITECTURE
+`tiny:0`. Every sampler and trainer names its components this way (docs/architecture.md,
 contract 6); a new component is a new entry here, loaders stay lazy (diffusers and
 transformers import in seconds).
 """

@@ -173,7 +173,7 @@ CONFIGS: dict[str, DiTConfig] = {
         rope_axes=[4, 2, 2],
         name="tiny",
     ),
-    # The toy recipe (reference/toy-feasibility.md): PixelAE pixels, patch 4 on 32x32.
+    # The toy recipe: PixelAE pixels, patch 4 on 32x32.
     "toy": DiTConfig(
         width=128,
         depth=4,

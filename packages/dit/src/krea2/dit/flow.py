@@ -1,6 +1,6 @@
 """Rectified-flow conventions: interpolation, targets, the mu time shift and training times.
 
-Convention (ARCHITECTURE contract 5): x_t = (1 - t) x_data + t noise, t = 1 is noise, the
+Convention (docs/architecture.md, contract 5): x_t = (1 - t) x_data + t noise, t = 1 is noise, the
 model predicts v = noise - x_data.
 """
 

@@ -17,7 +17,7 @@ from krea2.dit.model import Krea2DiT
 
 Velocity = Callable[[Tensor, Tensor], Tensor]
 """velocity(x, t) -> v. x [B, C, H, W] latents at flow time t [B] (float32 in [0, 1],
-1 = noise); v [B, C, H, W] estimates noise - data (ARCHITECTURE contract 5)."""
+1 = noise); v [B, C, H, W] estimates noise - data (docs/architecture.md, contract 5)."""
 
 
 def dit_velocity(

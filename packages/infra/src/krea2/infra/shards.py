@@ -1,6 +1,6 @@
 """The training-shard contract between ``curate`` (writer) and ``trainer`` (reader).
 
-One Parquet row per sample (ARCHITECTURE.md, contract 2):
+One Parquet row per sample (docs/architecture.md, contract 2):
 
 ==========  ==========================  ==============================================
 column      type                        meaning

@@ -1,4 +1,4 @@
-"""krea2.rl.rewards: the reward contract (ARCHITECTURE.md contract 4), reward kinds,
+"""krea2.rl.rewards: the reward contract (docs/architecture.md, contract 4), reward kinds,
 composition, and reward servers with their client.
 
 >>> import numpy as np
