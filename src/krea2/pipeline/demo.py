@@ -9,6 +9,7 @@ import numpy as np
 import typer
 
 from krea2.infra import UserError
+from krea2.infra.progress import progress
 from krea2.pipeline.config import DemoConfig, load_demo_config, smoke_note, training_job
 from krea2.pipeline.stages import StageRunner
 
@@ -96,12 +97,21 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         names = {}
         checkpoints = [("untrained", 0, False)]
         checkpoints += [(f"after {s.name}", i, True) for i, s in enumerate(job.stages)]
-        for name, index, trained in checkpoints:
-            images = evaluation.sample(
-                job, index, trained, prompts, cfg.eval.seeds, cfg.eval.steps, cfg.eval.cfg
-            )
-            np.save(out / "samples" / f"{name}.npy", images)
-            names[name] = list(images.shape)
+        total = len(checkpoints) * cfg.eval.steps * len(cfg.eval.seeds)
+        with progress("sample", total, unit="step") as bar:
+            for name, index, trained in checkpoints:
+                images = evaluation.sample(
+                    job,
+                    index,
+                    trained,
+                    prompts,
+                    cfg.eval.seeds,
+                    cfg.eval.steps,
+                    cfg.eval.cfg,
+                    on_step=bar.advance,
+                )
+                np.save(out / "samples" / f"{name}.npy", images)
+                names[name] = list(images.shape)
         return names
 
     sampled = runner.run("sample", "sample held-out prompts with fixed seeds", sample_all)

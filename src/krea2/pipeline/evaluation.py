@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from krea2.curate.shapes import Concept, concept_scene, eval_prompt
@@ -15,12 +17,16 @@ def sample(
     seeds: list[int],
     steps: int,
     cfg_scale: float,
+    on_step: Callable[[], None] | None = None,
 ) -> np.ndarray:
     """uint8 images [len(prompts), len(seeds), H, W, 3] at the stage's resolution, from its
-    final checkpoint or (``trained=False``) the untrained initialization."""
+    final checkpoint or (``trained=False``) the untrained initialization; ``on_step()``
+    follows each of the ``steps * len(seeds)`` Euler steps."""
     from krea2.trainer import sample_stage
 
-    return sample_stage(job, stage_index, prompts, seeds, steps, cfg_scale, trained=trained)
+    return sample_stage(
+        job, stage_index, prompts, seeds, steps, cfg_scale, trained=trained, on_step=on_step
+    )
 
 
 def shapes_eval(images: np.ndarray, concepts: list[Concept]) -> dict:

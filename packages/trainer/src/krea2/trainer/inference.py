@@ -93,12 +93,14 @@ def sample_stage(
     cfg_scale: float,
     trained: bool = True,
     step: int | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> np.ndarray:
     """uint8 images [len(prompts), len(seeds), side, side, 3] at the stage's resolution,
     sampled with the stage's time shift (Euler, ``steps`` steps, CFG ``cfg_scale``) from its
-    checkpoint of ``step`` (None: the newest)."""
+    checkpoint of ``step`` (None: the newest); ``on_step()`` follows each of the
+    ``steps * len(seeds)`` Euler steps (for progress)."""
     module = load_stage_module(job, stage_index, trained, step)
-    return sample_module(job, stage_index, module, prompts, seeds, steps, cfg_scale)
+    return sample_module(job, stage_index, module, prompts, seeds, steps, cfg_scale, on_step)
 
 
 def sample_module(
