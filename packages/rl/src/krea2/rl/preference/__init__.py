@@ -32,6 +32,10 @@ _HOMES: dict[str, str | None] = {
     "read_pairs": "table",
     "set_choice": "table",
     "missing_images": "table",
+    # annotation
+    "annotate_app": "annotate",
+    "left_role": "annotate",
+    "AnnotationSession": "annotate",
     # the demo's preference stage
     "PreferenceStageSettings": "stage",
     "preference_stage": "stage",
