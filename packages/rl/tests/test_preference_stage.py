@@ -142,3 +142,22 @@ def test_other_pair_settings_on_the_same_work_dir_are_refused(pretrained, tmp_pa
         preference_stage(pretrained, 1, work, train, held, Brightness(), "stpo", other)
     with pytest.raises(UserError, match="objective 'ppo'"):
         preference_stage(pretrained, 1, work, train, held, Brightness(), "ppo", small)
+
+
+class Flat:
+    """A reward that ties everything (as the rubric and artifact rewards do on a smoke
+    model's noise)."""
+
+    name = "flat"
+
+    def __call__(self, images, prompts):
+        pixels, _ = check_batch(images, prompts)
+        return RewardOutput(np.zeros(len(pixels), np.float32), {})
+
+
+def test_a_model_too_weak_to_rank_gives_no_pair_and_trains_nothing(pretrained, tmp_path):
+    train, held = prompts()
+    r = preference_stage(pretrained, 1, tmp_path / "w", train, held, Flat(), "stpo", SETTINGS)
+    assert r["pairs"] == 0 and "no preference pair" in r["note"]
+    assert r["curves"]["step"] == [] and r["tuned"] == r["pretrained"]
+    assert not (tmp_path / "w" / "stpo").exists()

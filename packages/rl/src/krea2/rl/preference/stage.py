@@ -109,7 +109,9 @@ def preference_stage(
     ``artifact`` (mean of the reward's ``artifact`` part, 1 − P(defect), when it has one),
     ``hf_energy``); ``hf_energy_ratio`` (tuned / pretrained); ``samples`` and
     ``pretrained_samples``: ``.npy`` files of uint8 [P, S, H, W, 3] eval images; ``pairs``;
-    ``seconds`` spent in this call per part."""
+    ``seconds`` spent in this call per part. When the reward ties every prompt's samples
+    (a model too weak to rank, e.g. a smoke run) there is no pair: nothing is trained, the
+    curves are empty, ``tuned`` is ``pretrained`` and ``note`` says why."""
     settings = settings or PreferenceStageSettings()
     try:
         kind = PreferenceKind(objective)
@@ -127,16 +129,33 @@ def preference_stage(
 
     t = time.perf_counter()
     pairs = stage_pairs(pretrain_job, stage_index, work, train_prompts, reward, settings)
-    shards = _pair_shards(work, pairs, pretrain_job.stages[stage_index].resolution, settings)
+    side = pretrain_job.stages[stage_index].resolution
+    shards = _pair_shards(work, pairs, side, settings) if pairs else None
     seconds["pairs"] = time.perf_counter() - t
 
     t = time.perf_counter()
     before = _eval(work / "eval-pretrained.npy", pretrain_job, stage_index, eval_prompts, settings)
     seconds["eval_pretrained"] = time.perf_counter() - t
 
+    if not pairs:  # a model too weak to be ranked (a smoke run): nothing to train on
+        result = {
+            "objective": kind.value, "pairs": 0, "batch_size": 0,
+            "note": f"no preference pair: the reward scored all samples of each of the "
+            f"{min(len(train_prompts), settings.max_train_prompts)} prompts alike, so "
+            "nothing was trained (the model is too weak to rank its samples)",
+            "curves": {k: [] for k in CURVE_KEYS},
+            "pretrained": (m := measure(before, eval_prompts, targets, reward)), "tuned": m,
+            "hf_energy_ratio": 1.0, "samples": str(work / "eval-pretrained.npy"),
+            "pretrained_samples": str(work / "eval-pretrained.npy"), "seconds": seconds,
+            "settings": asdict(settings),
+        }  # fmt: skip
+        _write_json(result_path, result)
+        return result
+
     t = time.perf_counter()
     from krea2.rl.preference.train import train_preference
 
+    assert shards is not None
     run_dir = work / kind.value
     batch = min(settings.batch_size, 2 * len(pairs))
     job = preference_job(
@@ -207,11 +226,6 @@ def stage_pairs(
         steps=settings.sample_steps, cfg_scale=settings.sample_cfg,
         pairs_per_prompt=settings.pairs_per_prompt,
     )  # fmt: skip
-    if not pairs:
-        raise UserError(
-            f"no preference pair: the reward scored every sample of each of {len(prompts)} "
-            "prompts the same; use more samples_per_prompt or another reward"
-        )
     _write_json(path, {"settings": wanted, "pairs": [p.to_row() for p in pairs]})
     return pairs
 
