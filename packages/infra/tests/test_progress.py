@@ -64,6 +64,19 @@ def test_unknown_total_and_off_mode(monkeypatch):
     assert quiet.getvalue() == ""
 
 
+def test_the_environment_sets_every_loops_line_spacing(monkeypatch):
+    monkeypatch.setenv("KREA2_PROGRESS", "plain")
+    monkeypatch.setenv("KREA2_PROGRESS_INTERVAL", "0")
+    out = io.StringIO()
+    with progress("export", total=3, interval_s=3600, stream=out) as bar:
+        for _ in range(3):
+            bar.advance()
+    assert len(out.getvalue().strip().splitlines()) == 3
+    monkeypatch.setenv("KREA2_PROGRESS_INTERVAL", "soon")
+    with pytest.raises(ValueError, match="KREA2_PROGRESS_INTERVAL='soon'"):
+        progress("export", total=3, stream=out)
+
+
 @pytest.mark.parametrize(("seconds", "text"), [(12.34, "12.3s"), (75, "1m15s"), (4000, "1h06m")])
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text

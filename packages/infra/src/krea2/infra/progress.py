@@ -10,7 +10,9 @@ Training, sampling, curation and the demo all report progress the same way::
 On a terminal this draws a bar with count, rate, elapsed time and ETA (rich); in a log
 file or CI (stderr not a terminal) it writes one line every ``interval_s`` seconds and a
 last line at the end, e.g. ``train 32px: 120/800 step (15%), 3.21 step/s, eta 3m32s,
-loss=0.1234``. ``KREA2_PROGRESS=plain|bar|off`` forces a mode.
+loss=0.1234``. ``KREA2_PROGRESS=plain|bar|off`` forces a mode and
+``KREA2_PROGRESS_INTERVAL=<seconds>`` sets the plain lines' spacing for every loop (``0``:
+a line per update, e.g. for a log that another program follows).
 """
 
 from __future__ import annotations
@@ -36,6 +38,20 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def _interval(default_s: float) -> float:
+    """Seconds between plain lines: ``KREA2_PROGRESS_INTERVAL`` if set, else the loop's."""
+    raw = os.environ.get("KREA2_PROGRESS_INTERVAL", "").strip()
+    if not raw:
+        return default_s
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"KREA2_PROGRESS_INTERVAL={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"KREA2_PROGRESS_INTERVAL={raw!r} must be >= 0 seconds")
+    return value
 
 
 def _mode(stream: TextIO, enabled: bool) -> str:
@@ -70,7 +86,7 @@ class Progress:
         self.total = total
         self.unit = unit
         self.completed = completed
-        self.interval_s = interval_s
+        self.interval_s = _interval(interval_s)
         self.stream = stream if stream is not None else sys.stderr
         self.mode = _mode(self.stream, enabled)
         self.fields: dict[str, Any] = {}
