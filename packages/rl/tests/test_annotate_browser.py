@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -33,12 +34,18 @@ pytestmark = pytest.mark.skipif(find_chromium() is None, reason="chromium is not
 
 
 class Chromium:
-    """Headless Chromium with the DevTools protocol on fds 3/4 (NUL-terminated JSON)."""
+    """Headless Chromium with the DevTools protocol on fds 3/4 (NUL-terminated JSON).
+
+    Every exchange has a deadline: a browser that dies or stops answering fails the test
+    in ``ANSWER_S`` seconds with its own log, instead of blocking on the pipe."""
+
+    ANSWER_S = 60.0
 
     def __init__(self, url: str) -> None:
         to_chrome_r, self.to_chrome = os.pipe()
         self.from_chrome, from_chrome_w = os.pipe()
         self.profile = tempfile.TemporaryDirectory()
+        self.log = Path(self.profile.name) / "chromium.log"
 
         def fds() -> None:  # via fds >= 10, so neither pipe end is clobbered on the way
             import fcntl
@@ -51,8 +58,9 @@ class Chromium:
             [find_chromium(), *CHROMIUM_FLAGS, "--remote-debugging-pipe",
              f"--user-data-dir={self.profile.name}", url],
             preexec_fn=fds, pass_fds=(3, 4),  # kept open after fds() moves the pipes there
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=(log := self.log.open("wb")),
         )  # fmt: skip
+        log.close()  # the child has its own copy
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self.buf, self.next_id = b"", 0
@@ -66,15 +74,40 @@ class Chromium:
         msg = {"id": self.next_id, "method": method, "params": params}
         if session:
             msg["sessionId"] = session
-        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + self.ANSWER_S
+        data = json.dumps(msg).encode() + b"\0"
+        while data:
+            self.ready(deadline, write=True)
+            data = data[os.write(self.to_chrome, data) :]
         while True:
             while b"\0" not in self.buf:
-                self.buf += os.read(self.from_chrome, 65536)
+                self.ready(deadline, write=False)
+                chunk = os.read(self.from_chrome, 65536)
+                if not chunk:
+                    self.fail(f"closed its pipe while answering {method}")
+                self.buf += chunk
             raw, self.buf = self.buf.split(b"\0", 1)
             reply = json.loads(raw)
             if reply.get("id") == self.next_id:
                 assert "error" not in reply, reply
                 return reply["result"]
+
+    def ready(self, deadline: float, *, write: bool) -> None:
+        """Wait until the pipe to (or from) Chromium can be written (read), or fail."""
+        fd = self.to_chrome if write else self.from_chrome
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.fail(f"did not {'read' if write else 'answer'} in {self.ANSWER_S:.0f} s")
+            if self.proc.poll() is not None:
+                self.fail(f"exited with {self.proc.returncode}")
+            r, w, _ = select.select([] if write else [fd], [fd] if write else [], [], min(left, 1))
+            if r or w:
+                return
+
+    def fail(self, what: str) -> None:
+        log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        raise AssertionError(f"chromium {what}; its log:\n{log}")
 
     def js(self, expr: str):
         r = self.send("Runtime.evaluate", self.session, expression=expr, returnByValue=True)
