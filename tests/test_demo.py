@@ -30,25 +30,32 @@ def run_demo(out: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*DEMO, "--out", str(out)], capture_output=True, text=True, timeout=900)
 
 
-def stop_in(out: Path, stage: str, after_s: float, sig: signal.Signals) -> tuple[int, str]:
-    """Start the demo and, ``after_s`` seconds into ``stage`` (once its banner is out),
-    send ``sig`` to its whole process group, as a terminal's Ctrl-C does (workers and
-    all). Returns the exit status and stderr."""
+def stop_in(out: Path, stage: str, at: str, after_s: float, sig: signal.Signals) -> tuple[int, str]:
+    """Start the demo and, once ``stage``'s banner is out and then a line matching ``at``
+    (a progress line: the stage is provably under way), wait ``after_s`` seconds and send
+    ``sig`` to its whole process group, as a terminal's Ctrl-C does (workers and all).
+    Progress lines come one per update here, so a fast machine cannot finish the stage
+    between the trigger and the signal. Returns the exit status and stderr."""
+    env = {**os.environ, "KREA2_PROGRESS": "plain", "KREA2_PROGRESS_INTERVAL": "0"}
     proc = subprocess.Popen(
         [*DEMO, "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=env,
     )
     lines: list[str] = []
     started = threading.Event()
     banner = re.compile(rf"─ {re.escape(stage)}: ")
+    trigger = re.compile(at)
 
     def read() -> None:
+        in_stage = False
         for line in proc.stderr:
             lines.append(line)
-            if banner.search(line):
+            in_stage = in_stage or bool(banner.search(line))
+            if in_stage and trigger.search(line):
                 started.set()
 
     reader = threading.Thread(target=read, daemon=True)
@@ -58,7 +65,7 @@ def stop_in(out: Path, stage: str, after_s: float, sig: signal.Signals) -> tuple
         while not started.wait(0.5):
             if proc.poll() is not None or time.time() > deadline:
                 reader.join(10)
-                pytest.fail(f"stage {stage} never started:\n{''.join(lines)[-3000:]}")
+                pytest.fail(f"stage {stage} never reached {at!r}:\n{''.join(lines)[-3000:]}")
         time.sleep(after_s)
         os.killpg(proc.pid, sig)
         rc = proc.wait(180)
@@ -70,16 +77,17 @@ def stop_in(out: Path, stage: str, after_s: float, sig: signal.Signals) -> tuple
     return rc, "".join(lines)
 
 
-# (stage, seconds into it, signal): Ctrl-C in each kind of stage, and one SIGKILL (no
-# chance to clean up) just after the exports, so the re-runs must resume from records,
-# the warehouse and checkpoints alike.
+# (stage, line to wait for, then seconds, signal): Ctrl-C in each kind of stage, and one
+# SIGKILL (no chance to clean up) mid-training, so the re-runs must resume from records,
+# the warehouse and checkpoints alike. Pool and export print no progress of their own: they
+# are stopped by time after their banner, well inside their ~3 s of work.
 STOPS = [
-    ("pool", 0.5, signal.SIGINT),
-    ("curate", 8.0, signal.SIGINT),
-    ("export-32", 1.0, signal.SIGINT),
-    ("pretrain", 1.0, signal.SIGKILL),
-    ("pretrain", 10.0, signal.SIGINT),
-    ("sample", 2.0, signal.SIGINT),
+    ("pool", "pool: ", 0.5, signal.SIGINT),
+    ("curate", r"^curate ocr: ", 0.0, signal.SIGINT),
+    ("export-32", "export-32: ", 1.0, signal.SIGINT),
+    ("pretrain", r"^train pretrain-32: 3/", 0.0, signal.SIGKILL),
+    ("pretrain", r"^train pretrain-64: 2/", 0.0, signal.SIGINT),
+    ("sample", r"^sample: 3/", 0.0, signal.SIGINT),
 ]
 
 
@@ -88,8 +96,8 @@ def demo(tmp_path_factory) -> Path:
     """A quick demo stopped in every stage in turn, then re-run to completion."""
     out = tmp_path_factory.mktemp("demo")
     curated = None
-    for stage, after_s, sig in STOPS:
-        rc, err = stop_in(out, stage, after_s, sig)
+    for stage, at, after_s, sig in STOPS:
+        rc, err = stop_in(out, stage, at, after_s, sig)
         if sig == signal.SIGINT:
             assert rc == 130, f"Ctrl-C in {stage} exited {rc}:\n{err[-3000:]}"
             assert err.strip().splitlines()[-1] == "interrupted", err[-3000:]
@@ -126,9 +134,7 @@ def shard_rows(out: Path) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.timeout(1800)  # builds both runs: the stopped-and-resumed one and a plain one
-def test_interrupted_runs_resume_to_exactly_the_rows_of_an_uninterrupted_run(
-    demo, uninterrupted
-):
+def test_interrupted_runs_resume_to_exactly_the_rows_of_an_uninterrupted_run(demo, uninterrupted):
     assert shard_rows(demo) == shard_rows(uninterrupted)
     got, want = (json.loads((d / "summary.json").read_text()) for d in (demo, uninterrupted))
     assert got["curation"]["counts"] == want["curation"]["counts"]
