@@ -62,6 +62,7 @@ def test_infra_and_krablet_install_alone_without_torch(wheels, tmp_path):
     assert "dit" not in listing.split(), "only installed packages are listed"
 
 
+@pytest.mark.slow  # a full install and the quick demo (~90 s); tests/test_demo.py runs it too
 def test_installed_krea2_wheel_runs_the_quick_demo_outside_a_checkout(wheels, tmp_path):
     """`pip install krea2` (the eight wheels, dependencies pinned to the lock) into a fresh
     venv, then `krea2 demo --quick` from a directory with no checkout: the recipe is packaged."""
