@@ -5,19 +5,27 @@ reads ``demo-quick.toml``), so ``pip install krea2 && krea2 demo`` works outside
 checkout. ``[train]`` is a :class:`krea2.trainer.JobConfig` exactly as ``krea2 train
 --config`` reads it; the demo fills in only what depends on its run: ``run_dir``, each
 stage's ``data`` (the shards it exports) and ``observe.sample_prompts`` (held-out prompts).
+``[preference]`` is a :class:`krea2.rl.preference.PreferenceStageSettings`; its sampling
+(``sample_steps``, ``sample_cfg``, ``eval_seeds``) is ``[eval]``'s, filled in here.
 """
 
 from __future__ import annotations
 
+import copy
+import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from importlib.resources import abc as resources_abc
 from pathlib import Path
 
-from krea2.infra import UserError, load_config
+from krea2.infra import ConfigError, UserError, load_config
+from krea2.rl.preference import PreferenceStageSettings
 from krea2.trainer import JobConfig
 
 RECIPES = ("demo.toml", "demo-quick.toml")
+# The preference stage samples (pairs and its evaluation) as ShapesEval does: these
+# [preference] fields are [eval]'s, so a recipe sets them there and only there.
+FROM_EVAL = {"sample_steps": "steps", "sample_cfg": "cfg", "eval_seeds": "seeds"}
 
 
 @dataclass
@@ -62,6 +70,8 @@ class DemoConfig:
     pool: PoolSpec = field(default_factory=PoolSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     train: JobConfig = field(default_factory=JobConfig)
+    # After pretraining: on-policy pairs, then STPO and (the ablation) DPO on them.
+    preference: PreferenceStageSettings = field(default_factory=PreferenceStageSettings)
 
 
 def packaged_recipe(quick: bool) -> resources_abc.Traversable:
@@ -78,19 +88,44 @@ def load_demo_config(
     quick: bool, config: Path | None = None, overrides: list[str] | None = None
 ) -> DemoConfig:
     """``config`` if given, else the packaged recipe; ``overrides`` as ``--set key=value``
-    (``train.stages.0.steps=500`` is the first training stage's step count)."""
+    (``train.stages.0.steps=500`` is the first training stage's step count). The
+    preference stage's sampling fields are set from ``[eval]`` (:data:`FROM_EVAL`)."""
+    overrides = list(overrides or [])
     if config is not None:
         if not config.is_file():
             raise UserError(
                 f"demo config {config} not found; `krea2 demo --show-config` prints one"
             )
-        cfg = load_config(DemoConfig, config, overrides or [])
+        cfg = load_config(DemoConfig, config, overrides)
+        given = _preference_keys(config.read_text(), overrides)
     else:
         with resources.as_file(packaged_recipe(quick)) as path:
-            cfg = load_config(DemoConfig, path, overrides or [])
+            cfg = load_config(DemoConfig, path, overrides)
+            given = _preference_keys(path.read_text(), overrides)
     if len(cfg.train.stages) < 1:
         raise UserError("the demo recipe needs at least one [[train.stages]] table")
+    if owned := sorted(given & set(FROM_EVAL)):
+        k = owned[0]
+        raise ConfigError(
+            f"preference.{k} is the demo's eval.{FROM_EVAL[k]} (the preference stage samples "
+            f"as ShapesEval does); set eval.{FROM_EVAL[k]} instead"
+        )
+    try:
+        values = {name: copy.copy(getattr(cfg.eval, key)) for name, key in FROM_EVAL.items()}
+        cfg.preference = replace(cfg.preference, **values)
+    except ValueError as exc:  # PreferenceStageSettings' own checks, on [eval]'s values
+        raise ConfigError(f"config section 'eval' (as the preference stage's): {exc}") from None
     return cfg
+
+
+def _preference_keys(recipe: str, overrides: list[str]) -> set[str]:
+    """The ``[preference]`` keys that a recipe's text or ``--set`` overrides name."""
+    keys = set(tomllib.loads(recipe).get("preference", {}))
+    for text in overrides:
+        key = text.split("=", 1)[0].strip()
+        if key.startswith("preference."):
+            keys.add(key.removeprefix("preference.").split(".")[0])
+    return keys
 
 
 def smoke_note(cfg: DemoConfig) -> str | None:
