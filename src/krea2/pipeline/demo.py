@@ -39,20 +39,20 @@ def run_demo(
         if not keep_db:
             curation.stop_shards(out)
     typer.echo("")
-    for line in runner.summary_lines():
+    lines = runner.summary_lines(time.perf_counter() - start)
+    lines[-1] += f"  ->  {out / 'report.html'}"
+    for line in lines:
         typer.echo(line)
-    typer.echo(f"total     {time.perf_counter() - start:7.1f}s  ->  {out / 'report.html'}")
     return summary
 
 
 def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
-    from krea2.curate.shapes import eval_prompt, split_concepts
-    from krea2.pipeline import curation, evaluation, report, training
+    from krea2.curate.shapes import eval_prompt
+    from krea2.pipeline import curation, evaluation, preference, report, training
     from krea2.pipeline.pool import build_pool
 
     log = out / "commands.log"
-    split = split_concepts(cfg.pool.seed, cfg.pool.held_out_fraction)
-    held_out = list(split.held_out[: cfg.eval.max_prompts])
+    split, held_out = evaluation.demo_concepts(cfg)
     prompts = [eval_prompt(c) for c in held_out]
     # The shards must run in every invocation, so this stage is never skipped.
     runner.path_of("shards").unlink(missing_ok=True)
@@ -123,12 +123,23 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
             for name in sampled
         },
     )
+    tuned = {
+        kind: runner.run(
+            preference.stage_name(kind),
+            what,
+            lambda kind=kind: preference.run_objective(
+                cfg, job, out / "preference", kind, list(split.train), held_out
+            ),
+        )
+        for kind, what in preference.OBJECTIVES.items()
+    }
     results = {
         "pool": pool,
         "curate": curated,
         "export": exported,
         "pretrain": pretrained,
         "score": scores,
+        "preference": tuned,
     }
     timings = [(r.name, r.seconds) for r in runner.records]
     summary = runner.run(
@@ -138,6 +149,8 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     )
     for name, e in scores.items():
         typer.echo(f"ShapesEval {name:<22} {e['shapes_eval']:.3f}  {e['by_kind']}")
+    for kind, r in tuned.items():
+        typer.echo(preference.summary_line(kind, r))
     if note := smoke_note(cfg):
         typer.secho(note, fg="yellow")
     return summary

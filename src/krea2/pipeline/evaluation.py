@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from krea2.curate.shapes import Concept, concept_scene, eval_prompt
+from krea2.curate.shapes import Concept, WorldSplit, concept_scene, eval_prompt, split_concepts
+
+if TYPE_CHECKING:
+    from krea2.pipeline.config import DemoConfig
+
+
+def demo_concepts(cfg: DemoConfig) -> tuple[WorldSplit, list[Concept]]:
+    """The demo's concept split (``split.train``: the pool renders them and the preference
+    stage's pairs prompt them) and the held-out concepts it evaluates (the first
+    ``eval.max_prompts`` of ``split.held_out``)."""
+    split = split_concepts(cfg.pool.seed, cfg.pool.held_out_fraction)
+    return split, list(split.held_out[: cfg.eval.max_prompts])
 
 
 def sample(

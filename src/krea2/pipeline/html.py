@@ -22,6 +22,8 @@ th{background:#f5f5f7}td:first-child,th:first-child{text-align:left}
 .cell img{width:128px;height:128px;image-rendering:pixelated;border:1px solid #ccc}
 .note{color:#666;font-size:.9rem}.good{color:#1a7f37}.bad{color:#c62828}
 svg{background:#fff;border:1px solid #ddd}
+table.images td{padding:2px}table.images th.caption{font-size:.7rem;font-weight:normal;
+width:104px;text-align:left;vertical-align:bottom}
 .warning{background:#fff4ce;border-left:4px solid #e0a800;padding:.6rem .9rem}
 """
 
@@ -56,20 +58,41 @@ def image_grid(items: Sequence[tuple[str, str]]) -> str:
     return f'<div class="grid">{cells}</div>'
 
 
+def image_table(
+    columns: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]], side: int = 104
+) -> str:
+    """Images in a labelled grid: a caption over each column, and ``rows`` of (label, data
+    URIs, one per column), each image shown ``side`` px square (pixelated when enlarged)."""
+    head = "<th></th>" + "".join(f'<th class="caption">{escape(c)}</th>' for c in columns)
+    body = "".join(
+        f"<tr><th>{escape(label)}</th>"
+        + "".join(
+            f'<td><img src="{uri}" alt="{escape(label)}: {escape(c)}" width="{side}" '
+            f'height="{side}" style="image-rendering:pixelated"></td>'
+            for uri, c in zip(uris, columns, strict=True)
+        )
+        + "</tr>"
+        for label, uris in rows
+    )
+    return f'<table class="images"><tr>{head}</tr>{body}</table>'
+
+
 def line_chart(
     series: dict[str, Sequence[tuple[float, float]]],
     width: int = 640,
     height: int = 260,
     x_label: str = "step",
     y_label: str = "loss",
+    log: bool | None = None,
 ) -> str:
-    """An inline SVG line chart of named (x, y) series, y on a log scale when positive."""
+    """An inline SVG line chart of named (x, y) series; y on a log scale when ``log`` (by
+    default: when every y is positive). A linear chart spanning 0 marks y = 0 dashed."""
     points = [p for s in series.values() for p in s]
     if not points:
         return '<p class="note">no data</p>'
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
-    log = min(ys) > 0
+    log = min(ys) > 0 if log is None else log and min(ys) > 0
     ty = (lambda y: float(np.log10(y))) if log else float
     x0, x1 = min(xs), max(xs) or 1
     y0, y1 = ty(min(ys)), ty(max(ys))
@@ -97,6 +120,12 @@ def line_chart(
             f'font-size="12">{escape(name)}</text>'
         )
     lo, hi = min(ys), max(ys)
+    if not log and lo < 0 < hi:
+        lines.insert(
+            0,
+            f'<line x1="{pad}" y1="{sy(0):.1f}" x2="{width - pad}" y2="{sy(0):.1f}" '
+            'stroke="#bbb" stroke-dasharray="4 3"/>',
+        )
     axes = (
         f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
         f'stroke="#999"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'

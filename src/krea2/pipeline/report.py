@@ -1,4 +1,5 @@
-"""Demo stage 8: ``report.html`` (self-contained) and ``summary.json`` from the stage results."""
+"""The demo's last stage: ``report.html`` (self-contained) and ``summary.json`` from the
+stage results."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from krea2.pipeline import html
+from krea2.pipeline import html, preference
 
 
 def thumb(path: Path, side: int = 128) -> str:
@@ -67,21 +68,70 @@ def curation_sections(curate: dict, pool_dir: Path) -> list[tuple[str, str]]:
     ]
 
 
+def upscale(image: np.ndarray, side: int = 128) -> np.ndarray:
+    """uint8 [H, W, 3] repeated by whole pixels up to about ``side`` (unchanged if larger)."""
+    k = max(1, side // image.shape[0])
+    return np.kron(image, np.ones((k, k, 1), np.uint8)) if k > 1 else image
+
+
 def sample_section(name: str, images: np.ndarray, scores: dict) -> str:
     items = []
     for p, prompt in enumerate(scores["prompts"]):
         for s in range(images.shape[1]):
             score = scores["per_image"][p][s]
-            big = (
-                np.kron(
-                    images[p, s],
-                    np.ones((128 // images.shape[2], 128 // images.shape[3], 1), np.uint8),
-                )
-                if images.shape[2] < 128
-                else images[p, s]
-            )
-            items.append((html.png_data_uri(big), f"{prompt} — {score:.2f}"))
+            items.append((html.png_data_uri(upscale(images[p, s])), f"{prompt} — {score:.2f}"))
     return f"<h3>{html.escape(name)}</h3>" + html.image_grid(items)
+
+
+def preference_section(results: dict[str, dict], prompts: list[str]) -> str:
+    """The preference stages (``{objective: preference_stage result}``, STPO first) against
+    the pretrained model: the comparison table, the winner's and loser's likelihood gaps
+    per logged step, and the first seed's samples on up to 8 of the held-out ``prompts``.
+    An objective that had no pair shows its note instead."""
+    parts = [html.table(preference.HEADERS, preference.comparison_rows(results))]
+    pairs = next(iter(results.values()))["pairs"]
+    trained = (
+        f"{pairs} on-policy pairs from the final pretrained model (best vs worst sample of a "
+        "training-concept prompt by rubric + 0.5 x artifact reward); each objective trained "
+        "from the same start on them and measured on the held-out prompts. "
+        if pairs
+        else ""
+    )
+    parts.append(
+        f'<p class="note">{trained}Artifact reward: 1 − P(defect), higher is cleaner. HF '
+        "energy: high-frequency energy of the samples relative to the pretrained model's "
+        "(> 1: more fine texture, e.g. a grid pattern). Gaps: e − e_ref, the per-pixel "
+        "velocity MSE against the frozen pretrained model (> 0: that image's likelihood "
+        "fell); STPO's winner hinge is built to keep the winner's at or below 0, DPO's "
+        "loss only asks the loser's to exceed it.</p>"
+    )
+    for kind, r in results.items():
+        if note := r.get("note"):
+            parts.append(f'<p class="warning">{html.escape(kind.upper())}: {html.escape(note)}</p>')
+    series = {}
+    for kind, r in results.items():
+        if preference.gap_stats(r) is None:
+            continue
+        c = r["curves"]
+        for side in ("winner", "loser"):
+            series[f"{kind.upper()} {side} gap"] = list(
+                zip(c["step"], c[f"{side}_gap"], strict=True)
+            )
+    if series:
+        parts.append(
+            "<h3>Likelihood gaps during training</h3>"
+            + html.line_chart(series, x_label="step", y_label="e − e_ref", log=False)
+        )
+    rows = preference.first_seed_rows(results)
+    n = len(rows[0][1])
+    parts.append(
+        "<h3>Held-out prompts, first seed</h3>"
+        + html.image_table(
+            prompts[:n],
+            [(label, [html.png_data_uri(upscale(im)) for im in ims]) for label, ims in rows],
+        )
+    )
+    return "".join(parts)
 
 
 def write_report(
@@ -112,6 +162,8 @@ def write_report(
             name: {k: v for k, v in e.items() if k != "per_image"} for name, e in evals.items()
         },
     }
+    if tuned := results.get("preference"):
+        summary["preference"] = preference.summary(tuned)
     sections = curation_sections(results["curate"], pool_dir)
     sections.append(
         (
@@ -137,13 +189,17 @@ def write_report(
         for name, e in evals.items()
     )
     sections.append(("Samples (held-out prompts, fixed seeds; verifier score per image)", grids))
+    if tuned:
+        prompts = next(iter(evals.values()))["prompts"]
+        sections.append(("Preference optimization", preference_section(tuned, prompts)))
     timing = html.table(["stage", "seconds"], [[n, f"{s:.1f}"] for n, s in timings])
     sections.append(("Stage times", timing))
     intro = (
         '<p class="note">The Krea 2 pipeline at toy scale: a defect-laden ShapesWorld pool '
         "curated by krablet workers on embedded PostgreSQL shards, exported as Parquet shards at "
-        "two resolutions, a tiny single-stream DiT pretrained on them, then scored with the "
-        "rubric verifier.</p>"
+        "two resolutions, a tiny single-stream DiT pretrained on them and scored with the rubric "
+        "verifier, then preference-tuned with STPO (and, as the ablation, Diffusion-DPO) on "
+        "on-policy pairs.</p>"
     )
     if note:
         intro = f'<p class="warning">{html.escape(note)}</p>' + intro

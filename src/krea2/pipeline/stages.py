@@ -63,9 +63,13 @@ class StageRunner:
         self.console.print(f"[green]✓ {name:<9}[/green] {what} ({seconds:.1f}s)")
         return result
 
-    def summary_lines(self) -> list[str]:
+    def summary_lines(self, total_s: float | None = None) -> list[str]:
+        """One aligned line per stage (seconds, resumed or not), then ``total`` if given."""
         lines = []
+        width = max([9, *(len(r.name) for r in self.records)])
         for r in self.records:
             note = " (resumed)" if r.resumed else ""
-            lines.append(f"{r.name:<9} {r.seconds:7.1f}s{note}")
+            lines.append(f"{r.name:<{width}} {r.seconds:7.1f}s{note}")
+        if total_s is not None:
+            lines.append(f"{'total':<{width}} {total_s:7.1f}s")
         return lines
