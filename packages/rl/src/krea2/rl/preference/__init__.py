@@ -20,10 +20,14 @@ _HOMES: dict[str, str | None] = {
     # pairs on disk
     "Pair": "shards",
     "export_pair_shards": "shards",
+    "read_pairs_file": "shards",
+    "write_pairs_file": "shards",
     # on-policy pairs and drift
     "generate_pairs": "onpolicy",
     "rank_pairs": "onpolicy",
     "high_frequency_energy": "measures",
+    "high_frequency_shares": "measures",
+    "SmoothnessReward": "measures",
     # pairs in a krablet table
     "PAIRS_TABLE": "table",
     "pairs_table": "table",

@@ -54,23 +54,59 @@ def local_path(uri: str) -> Path:
     return Path(uri.removeprefix("file://"))
 
 
-def _png(uri: str, pair_id: str, role: str) -> bytes:
-    path = local_path(uri)
+def image_size(uri: str, pair_id: str, role: str) -> tuple[int, int]:
+    """(width, height) in pixels of a pair's image, read from its header; UserError
+    naming the pair, the role and the file when it cannot be read."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
-        return path.read_bytes()
-    except OSError as exc:
+        with Image.open(local_path(uri)) as img:
+            return img.size
+    except (OSError, UnidentifiedImageError) as exc:
+        why = getattr(exc, "strerror", None) or "not an image"
         raise UserError(
-            f"pair {pair_id!r}: its {role} image {uri} cannot be read ({exc.strerror}); "
+            f"pair {pair_id!r}: its {role} image {uri} cannot be read ({why}); "
             "regenerate the pair or delete it from the pairs table"
         ) from None
 
 
+def _png(uri: str, pair_id: str, role: str, side: int, resize: bool) -> bytes:
+    """The image's file bytes when it is ``side`` x ``side``; else resized (bicubic, RGB,
+    re-encoded as PNG) with ``resize``, or a UserError naming the pair and its size."""
+    size = image_size(uri, pair_id, role)
+    path = local_path(uri)
+    if size == (side, side):
+        return path.read_bytes()
+    if not resize:
+        raise UserError(
+            f"pair {pair_id!r}: its {role} image {uri} is {size[0]}x{size[1]}, not "
+            f"{side}x{side} (one bucket per export); export with resize=True "
+            "(krea2 rl export-pairs --resize) or leave the pair out"
+        )
+    import io
+
+    from PIL import Image
+
+    with Image.open(path) as img:
+        out = img.convert("RGB").resize((side, side), Image.Resampling.BICUBIC)
+    buf = io.BytesIO()
+    out.save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def export_pair_shards(
-    pairs: Sequence[Pair], out: Path, side: int, seed: int = 0, pairs_per_batch: int = 8
+    pairs: Sequence[Pair],
+    out: Path,
+    side: int,
+    seed: int = 0,
+    pairs_per_batch: int = 8,
+    resize: bool = False,
 ) -> list[Path]:
     """Write ``pairs`` (oriented by any human choice; skipped ones left out) as shards under
-    ``out``; returns the files. Every image must be ``side`` x ``side`` (one bucket).
-    A missing image is a UserError naming the pair and the file; nothing is written then."""
+    ``out``, in the order given; returns the files. Every image must be ``side`` x ``side``
+    pixels (one bucket) unless ``resize`` (then any other size is resized to it). A missing
+    or unreadable image, or one of another size, is a UserError naming the pair and the
+    file; nothing is written then. ``seed`` is recorded in the shard's metadata."""
     rows: list[dict] = []
     bucket = bucket_name(side, side)
     for pair in pairs:
@@ -83,7 +119,7 @@ def export_pair_shards(
             rows.append(
                 {
                     "key": f"{p.pair_id}/{role}",
-                    "image": _png(uri, p.pair_id, role),
+                    "image": _png(uri, p.pair_id, role, side, resize),
                     "uri": None,
                     "crop": None,
                     "width": side,
@@ -99,3 +135,32 @@ def export_pair_shards(
     path = Path(out) / f"pairs-{digest}.parquet"
     write_shard(rows, path, stage="preference", seed=seed, batch_size=2 * pairs_per_batch)
     return [path]
+
+
+def read_pairs_file(path: Path) -> list[Pair]:
+    """The pairs of a ``pairs.json`` (``{"pairs": [row, ...], ...}`` as the preference
+    stage and ``krea2 rl make-pairs`` write it, or a bare list of rows); UserError when it
+    is missing or not such a file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist (a pairs.json of krea2 rl make-pairs)")
+    try:
+        rows = json.loads(path.read_text())
+        rows = rows["pairs"] if isinstance(rows, dict) else rows
+        return [Pair(**row) for row in rows]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"{path} is not a pairs file ({type(exc).__name__}: {exc}); expected "
+            '{"pairs": [{"pair_id", "prompt", "winner_uri", "loser_uri", ...}, ...]}'
+        ) from None
+
+
+def write_pairs_file(path: Path, pairs: Sequence[Pair], settings: dict | None = None) -> Path:
+    """Write ``{"settings": settings, "pairs": [row, ...]}`` to ``path`` atomically (a
+    temporary file renamed into place); returns ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    data = {"settings": settings or {}, "pairs": [p.to_row() for p in pairs]}
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.rename(path)
+    return path
