@@ -10,8 +10,9 @@ differs.
     uv run --frozen python benchmarks/rl_proof.py --demo DIR [--quick] [--work DIR]
 
 ``--demo DIR``: a ``krea2 demo --out DIR`` output whose pretraining finished (run with the
-same ``--quick``); without one the script runs the demo's curation and pretraining there
-first (~13 min quiet on 2 cores, ~3 with ``--quick``). Writes
+same ``--quick``); without one the script runs the whole demo there first (~16 min quiet on
+2 cores, 1-3 with ``--quick``; its own preference stages, under DIR/preference, are this
+same computation). Writes
 benchmarks/results/rl-proof[-quick].json, the ``rl-proof[-quick]`` section of
 docs/benchmarks.md and WORK/grids.png (rows: pretrained, STPO, DPO; first seed).
 """

@@ -14,7 +14,7 @@ def demo(
         help="Directory for the warehouse, "
         "shards, checkpoints and the report; re-use it to resume.",
     ),
-    quick: bool = typer.Option(False, "--quick", help="Small pool and few steps (about 3 min)."),
+    quick: bool = typer.Option(False, "--quick", help="Small pool and few steps (1-3 min)."),
     workers: int = typer.Option(None, "--workers", help="Curation worker processes per job."),
     keep_db: bool = typer.Option(False, "--keep-db", help="Leave the embedded shards running."),
     config: Path = typer.Option(
@@ -27,7 +27,8 @@ def demo(
         False, "--show-config", help="Print the packaged recipe (with --quick: the quick one)."
     ),
 ) -> None:
-    """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, sample, score.
+    """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, sample,
+    score, then preference-tune (STPO, and DPO as the ablation).
 
     Example: krea2 demo --quick --out demo-out
     """
