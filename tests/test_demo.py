@@ -155,6 +155,8 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
         "pretrain",
         "sample",
         "score",
+        "preference-stpo",
+        "preference-dpo",
     } <= set(summary["stages"])
     curation = summary["curation"]
     assert curation["images"] == summary["pool"]["images"]
@@ -192,6 +194,29 @@ def test_shapes_eval_is_reported_for_baseline_and_each_stage(demo):
         assert len(e["prompts"]) > 0
 
 
+def test_the_preference_stages_report_stpo_and_the_dpo_ablation(demo):
+    preference = json.loads((demo / "summary.json").read_text())["preference"]
+    assert list(preference) == ["stpo", "dpo"]
+    for kind, p in preference.items():
+        assert 0.0 <= p["pretrained"]["shapes_eval"] <= 1.0, kind
+        assert p["pairs"] == preference["stpo"]["pairs"], "both objectives share the pairs"
+        if p["pairs"]:
+            assert p["gaps"] is not None and p["hf_energy_ratio"] > 0, kind
+        else:  # the smoke run's model is usually too weak to rank its samples
+            assert p["gaps"] is None and "no preference pair" in p["note"], kind
+    report = (demo / "report.html").read_text()
+    start = report.index("<h2>Preference optimization</h2>")
+    assert report.index("ShapesEval on held-out prompts") < start
+    section = report[start:]
+    assert "<td>pretrained</td>" in section and "<th>pretrained</th>" in section
+    for kind, p in preference.items():
+        if p["pairs"]:
+            assert "Likelihood gaps during training" in section
+            assert f"<th>{kind.upper()}</th>" in section  # its row of samples
+        else:
+            assert f"{kind.upper()}: no preference pair" in section
+
+
 def test_rows_survive_the_kill(demo):
     pool = json.loads((demo / "stages" / "pool.json").read_text())["result"]
     curated = json.loads((demo / "stages" / "curate.json").read_text())["result"]
@@ -203,5 +228,6 @@ def test_report_renders_in_headless_chromium(demo):
     rendering = render_page(demo / "report.html", demo / "report.png", width=1100, height=1600)
     shot = np.asarray(Image.open(rendering.screenshot).convert("RGB"))
     assert shot.std() > 5
-    for heading in ("Curation funnel", "ShapesEval on held-out prompts", "Training loss"):
+    headings = ("Curation funnel", "ShapesEval on held-out prompts", "Training loss")
+    for heading in (*headings, "Preference optimization"):
         assert heading in rendering.dom
