@@ -24,7 +24,7 @@ from krea2.rl.rewards import (
     ServerThread,
     ShapesRubricReward,
 )
-from krea2.rl.rewards.wire import encode_images
+from krea2.rl.rewards.wire import BINARY_TYPE, encode_images
 
 
 def _batch(n: int, seed: int = 0, size: int = 48):
@@ -71,9 +71,10 @@ def server(counting):
         yield srv
 
 
-def test_client_gives_the_same_scores_as_the_reward_in_process(server, rubric):
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_client_gives_the_same_scores_as_the_reward_in_process(server, rubric, binary):
     images, prompts = _batch(10)
-    with RewardClient(server.url, "secret", max_images_per_request=4) as client:
+    with RewardClient(server.url, "secret", max_images_per_request=4, binary=binary) as client:
         _same(client(images, prompts), rubric(images, prompts))
         floats = images.transpose(0, 3, 1, 2).astype(np.float32) / 127.5 - 1
         _same(client(floats, prompts), rubric(images, prompts))
@@ -140,6 +141,33 @@ def _post(server, body, token="secret"):
 def test_bad_input_gets_a_4xx_with_a_clear_message(server, body, status, message):
     response = _post(server, body)
     assert response.status_code == status
+    assert message in response.json()["detail"]
+
+
+def _binary(header: bytes, pixels: bytes = b"") -> bytes:
+    return len(header).to_bytes(4, "big") + header + pixels
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"\x00\x00", "too short"),
+        (_binary(b'{"prompts": ["x"]}')[:10], "too short"),
+        (_binary(b"not json"), "header is not UTF-8 JSON"),
+        (_binary(b'{"prompts": ["x"]}'), '"request_id", "prompts", "shape"'),
+        (_binary(b'{"shape": [1, 2, 2, 3]}', bytes(12)), 'missing "prompts"'),
+        (_binary(b'{"prompts": ["x"], "shape": [1, 2, 2]}'), "[B, H, W, 3]"),
+        (_binary(b'{"prompts": ["x"], "shape": [1, 2, 2, 3]}', bytes(5)), "5 bytes but shape"),
+        (_binary(b'{"prompts": ["x", "y"], "shape": [1, 2, 2, 3]}', bytes(12)), "2 prompts"),
+    ],
+)
+def test_bad_binary_input_gets_a_422_with_a_clear_message(server, body, message):
+    response = httpx.post(
+        f"{server.url}/score",
+        content=body,
+        headers={"Authorization": "Bearer secret", "Content-Type": BINARY_TYPE},
+    )
+    assert response.status_code == 422
     assert message in response.json()["detail"]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from krea2.rl.rewards.contract import RewardOutput, check_batch, empty_output
-from krea2.rl.rewards.wire import decode_output, encode_images
+from krea2.rl.rewards.wire import BINARY_TYPE, decode_output, encode_binary, encode_images
 
 
 class RewardServerError(ConnectionError):
@@ -34,7 +34,8 @@ class RewardClient:
 
     ``timeout_s`` per HTTP attempt; ``retries`` further attempts after the first, waiting
     ``backoff_s · 2^k`` (capped at ``max_backoff_s``, times a random factor in [0.5, 1.5])
-    between them; batches over ``max_images_per_request`` go as several requests. Bad input
+    between them; batches over ``max_images_per_request`` go as several requests, framed in
+    binary (``binary=False``: as JSON with base64 pixels, for servers before that). Bad input
     raises ValueError (checked here first, as in-process, and on 422 from the server); a
     wrong token raises PermissionError; exhausted retries raise :class:`RewardServerError`.
     """
@@ -50,11 +51,13 @@ class RewardClient:
         backoff_s: float = 0.2,
         max_backoff_s: float = 5.0,
         max_images_per_request: int = 64,
+        binary: bool = True,
     ) -> None:
         self.url = url.rstrip("/")
         self.name = name or f"remote:{self.url}"
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.max_images_per_request = max_images_per_request
+        self.binary = binary
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(headers=headers, timeout=timeout_s)
         self.attempts = 0  # HTTP attempts made, retries included (for tests and logs)
@@ -80,15 +83,19 @@ class RewardClient:
             return empty_output()
         step = self.max_images_per_request
         parts = [
-            self._post(
-                {"prompts": prompts[i : i + step], "images": encode_images(pixels[i : i + step])}
-            )
+            self._post(pixels[i : i + step], prompts[i : i + step])
             for i in range(0, len(prompts), step)
         ]
         return RewardOutput.concat(parts)
 
-    def _post(self, body: dict[str, Any]) -> RewardOutput:
-        body = {"request_id": uuid.uuid4().hex, **body}
+    def _post(self, pixels: Any, prompts: list[str]) -> RewardOutput:
+        request_id = uuid.uuid4().hex  # every retry repeats it
+        if self.binary:
+            content = encode_binary(pixels, prompts, request_id)
+            body: dict[str, Any] = {"content": content, "headers": {"content-type": BINARY_TYPE}}
+        else:
+            images = encode_images(pixels)
+            body = {"json": {"request_id": request_id, "prompts": prompts, "images": images}}
         last = "no attempt made"
         for attempt in range(self.retries + 1):
             if attempt:
@@ -96,7 +103,7 @@ class RewardClient:
                 time.sleep(delay * random.uniform(0.5, 1.5))
             self.attempts += 1
             try:
-                response = self._http.post(f"{self.url}/score", json=body)
+                response = self._http.post(f"{self.url}/score", **body)
             except _RETRYABLE as e:
                 last = f"{type(e).__name__}: {e}"
                 continue

@@ -29,7 +29,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from krea2.infra.metrics import collecting_registry, counter, histogram
 from krea2.rl.rewards.contract import Reward, RewardOutput, check_batch
-from krea2.rl.rewards.wire import BadRequest, decode_request, encode_output
+from krea2.rl.rewards.wire import (
+    BINARY_TYPE,
+    BadRequest,
+    decode_binary,
+    decode_request,
+    encode_output,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "KREA2_REWARD_TOKEN"
@@ -162,12 +168,14 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {config.token}".encode()):
                 raise fail(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+        raw = await request.body()
+        binary = request.headers.get("content-type", "").startswith(BINARY_TYPE)
         try:
-            body = json.loads(await request.body())
+            body = None if binary else json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise fail(400, "the body is not JSON; see krea2.rl.rewards.wire") from None
         try:
-            request_id, pixels, prompts = decode_request(body)
+            request_id, pixels, prompts = decode_binary(raw) if binary else decode_request(body)
             pixels, prompts = check_batch(pixels, prompts)
         except (BadRequest, ValueError) as e:
             raise fail(422, str(e)) from None

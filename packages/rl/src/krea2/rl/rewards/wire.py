@@ -1,4 +1,5 @@
-"""The reward servers' wire format (JSON), shared by the server and the client.
+"""The reward servers' wire format (JSON, or JSON framed with raw pixels), shared by the
+server and the client.
 
 Request (POST ``/score``, ``Authorization: Bearer <token>`` when the server has one)::
 
@@ -7,6 +8,12 @@ Request (POST ``/score``, ``Authorization: Bearer <token>`` when the server has 
      "images": {"shape": [B, H, W, 3],       # raw uint8 RGB, row-major,
                 "data": "<base64>"}}         #   base64 of the B·H·W·3 bytes
   or "png": ["<base64 PNG>", …]              # instead of "images": B PNG/JPEG files, same size
+
+or the same request framed in binary (``Content-Type: application/x-krea2-images``; what
+:class:`~krea2.rl.rewards.client.RewardClient` sends): a 4-byte big-endian length N, N
+bytes of UTF-8 JSON ``{"request_id", "prompts", "shape": [B, H, W, 3]}``, then the B·H·W·3
+raw uint8 RGB bytes, row-major. It skips base64 and a JSON string as long as the images
+(what that saves: the RL section of docs/benchmarks.md).
 
 Response 200: ``{"request_id", "reward", "scores": [B], "sub_scores": {name: [B]}}`` with
 NaN sent as ``null``. Floats are float32 values written as JSON doubles, so they round-trip
@@ -20,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import json
 from typing import Any
 
 import numpy as np
@@ -38,28 +46,35 @@ def encode_images(pixels: np.ndarray) -> dict[str, Any]:
     return {"shape": list(pixels.shape), "data": base64.b64encode(pixels.tobytes()).decode()}
 
 
-def _decode_raw(field: Any) -> np.ndarray:
-    if not isinstance(field, dict) or "shape" not in field or "data" not in field:
-        raise BadRequest('"images" must be {"shape": [B, H, W, 3], "data": "<base64>"}')
-    shape = field["shape"]
+def _check_shape(shape: Any, name: str) -> list[int]:
     if (
         not isinstance(shape, list)
         or len(shape) != 4
         or not all(isinstance(s, int) and s >= 0 for s in shape)
         or shape[3] != 3
     ):
-        raise BadRequest(f'"images.shape" must be [B, H, W, 3] of non-negative ints, got {shape}')
+        raise BadRequest(f'"{name}" must be [B, H, W, 3] of non-negative ints, got {shape}')
+    return shape
+
+
+def _pixels(raw: bytes | memoryview, shape: list[int], name: str) -> np.ndarray:
+    expected = int(np.prod(shape))
+    if len(raw) != expected:
+        raise BadRequest(
+            f"{name} has {len(raw)} bytes but shape {shape} needs {expected} (uint8 RGB, row-major)"
+        )
+    return np.frombuffer(raw, np.uint8).reshape(shape)
+
+
+def _decode_raw(field: Any) -> np.ndarray:
+    if not isinstance(field, dict) or "shape" not in field or "data" not in field:
+        raise BadRequest('"images" must be {"shape": [B, H, W, 3], "data": "<base64>"}')
+    shape = _check_shape(field["shape"], "images.shape")
     try:
         raw = base64.b64decode(field["data"], validate=True)
     except (binascii.Error, TypeError, ValueError):
         raise BadRequest('"images.data" is not valid base64') from None
-    expected = int(np.prod(shape))
-    if len(raw) != expected:
-        raise BadRequest(
-            f'"images.data" has {len(raw)} bytes but shape {shape} needs {expected} '
-            "(uint8 RGB, row-major)"
-        )
-    return np.frombuffer(raw, np.uint8).reshape(shape)
+    return _pixels(raw, shape, '"images.data"')
 
 
 def _decode_png(field: Any) -> np.ndarray:
@@ -78,11 +93,7 @@ def _decode_png(field: Any) -> np.ndarray:
     return np.stack(images) if images else np.zeros((0, 1, 1, 3), np.uint8)
 
 
-def decode_request(body: Any) -> tuple[str | None, np.ndarray, list[str]]:
-    """``(request_id, uint8 [B, H, W, 3], prompts)`` of a request body; raises
-    :class:`BadRequest` naming the bad field."""
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object with prompts and images")
+def _id_and_prompts(body: dict[str, Any]) -> tuple[str | None, list[str]]:
     request_id = body.get("request_id")
     if request_id is not None and not isinstance(request_id, str):
         raise BadRequest('"request_id" must be a string')
@@ -91,10 +102,52 @@ def decode_request(body: Any) -> tuple[str | None, np.ndarray, list[str]]:
     prompts = body["prompts"]
     if not isinstance(prompts, list):
         raise BadRequest('"prompts" must be a list of strings')
+    return request_id, prompts
+
+
+def decode_request(body: Any) -> tuple[str | None, np.ndarray, list[str]]:
+    """``(request_id, uint8 [B, H, W, 3], prompts)`` of a request body; raises
+    :class:`BadRequest` naming the bad field."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object with prompts and images")
+    request_id, prompts = _id_and_prompts(body)
     if ("images" in body) == ("png" in body):
         raise BadRequest('send exactly one of "images" (raw uint8) or "png" (encoded files)')
     pixels = _decode_raw(body["images"]) if "images" in body else _decode_png(body["png"])
     return request_id, pixels, prompts
+
+
+BINARY_TYPE = "application/x-krea2-images"
+
+
+def encode_binary(pixels: np.ndarray, prompts: list[str], request_id: str | None) -> bytes:
+    """uint8 ``[B, H, W, 3]`` and their prompts → a binary request body (``BINARY_TYPE``)."""
+    pixels = np.ascontiguousarray(pixels, dtype=np.uint8)
+    head = {"request_id": request_id, "prompts": prompts, "shape": list(pixels.shape)}
+    header = json.dumps(head).encode()
+    return len(header).to_bytes(4, "big") + header + pixels.tobytes()
+
+
+def decode_binary(body: bytes) -> tuple[str | None, np.ndarray, list[str]]:
+    """``(request_id, uint8 [B, H, W, 3], prompts)`` of a binary request body; raises
+    :class:`BadRequest` naming what is wrong. The pixels are a view of ``body``."""
+    if len(body) < 4:
+        raise BadRequest(f"a binary body of {len(body)} bytes is too short for its 4-byte length")
+    size = int.from_bytes(body[:4], "big")
+    if len(body) < 4 + size:
+        raise BadRequest(
+            f"a binary body of {len(body)} bytes is too short for its {size}-byte JSON header "
+            "(see krea2.rl.rewards.wire)"
+        )
+    try:
+        head = json.loads(body[4 : 4 + size])
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("the binary body's header is not UTF-8 JSON") from None
+    if not isinstance(head, dict) or "shape" not in head:
+        raise BadRequest('the binary header must be {"request_id", "prompts", "shape"}')
+    request_id, prompts = _id_and_prompts(head)
+    shape = _check_shape(head["shape"], "shape")
+    return request_id, _pixels(memoryview(body)[4 + size :], shape, "the pixel data"), prompts
 
 
 def _nullable(values: np.ndarray) -> list[float | None]:
