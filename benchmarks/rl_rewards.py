@@ -3,11 +3,14 @@
 For each reward kind: images/s and per-call latency (p50/p99) of the reward called in-process
 on batches of ``--batch`` images, against a reward server (``ServerThread``, max batch =
 ``--batch``) fed by ``--clients`` concurrent ``RewardClient`` threads sending requests of
-``--batch`` images. Then a fault run: a served reward (subprocess) is SIGKILLed and
-restarted mid-run while a client scores one request after another; every request must be
-answered once, with the in-process scores.
+``--batch`` images; the two alternate for ``--rounds`` rounds and medians are kept (the ratio
+is the median of the rounds' ratios), so changing load on a shared machine hits both alike.
+Then a fault run: a served reward (subprocess) is SIGKILLed and restarted mid-run while a
+client scores one request after another; every request must be answered once, with the
+in-process scores. ``benchmarks/rl.py`` reuses the throughput part (``reward_kinds``,
+``throughput``).
 
-    uv run --frozen python benchmarks/rl_rewards.py [--quick]
+    uv run --frozen python benchmarks/rl_rewards.py [--quick] [--rounds 3]
 
 Writes benchmarks/results/rl_rewards.json and the ``rl_rewards`` section of docs/benchmarks.md.
 """
@@ -77,28 +80,129 @@ def in_process(reward, images, prompts, batch: int, calls: int) -> dict:
     return {"images_per_s": calls * batch / wall, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99)}
 
 
-def over_http(reward, images, prompts, batch: int, calls: int, clients: int) -> dict:
-    config = ServerConfig(max_batch=batch, max_wait_ms=5, token="bench")
+def drive(
+    url: str, token: str, images, prompts, batch: int, calls: int, clients: int, **client_kw
+) -> dict:
+    """``clients`` concurrent ``RewardClient(url, token, **client_kw)`` threads send ``calls``
+    requests of ``batch`` images in all to the reward server at ``url``: images/s and
+    per-request latency. The clients are built and connected (one warm-up request each)
+    before the clock starts: an httpx client takes ~20 ms to build (its TLS context); four of
+    them would count against HTTP as ~8% of a one-second run."""
     lat: list[float] = []
+    pool = [RewardClient(url, token, **client_kw) for _ in range(clients)]
+    for client in pool:
+        client(images[:batch], prompts[:batch])  # warm-up: connection open, server warm
+
+    def run(k: int) -> None:
+        for i in range(k, calls, clients):
+            s = (i * batch) % (len(prompts) - batch + 1)
+            t = time.perf_counter()
+            pool[k](images[s : s + batch], prompts[s : s + batch])
+            lat.append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+    t0, c0 = time.perf_counter(), time.process_time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    for client in pool:
+        client.close()
+    return {
+        "images_per_s": calls * batch / wall,
+        "p50_ms": _pct(lat, 50),
+        "p99_ms": _pct(lat, 99),
+        "cpu_s": cpu,  # this process's: the clients, and the server when it runs here
+    }
+
+
+def over_http(reward, images, prompts, batch: int, calls: int, clients: int, **client_kw) -> dict:
+    """:func:`drive` against ``reward`` served by a ``ServerThread`` in this process."""
+    config = ServerConfig(max_batch=batch, max_wait_ms=5, token="bench")
     with ServerThread(reward, config=config) as server:
-        RewardClient(server.url, "bench")(images[:batch], prompts[:batch])  # warm-up
+        return drive(server.url, "bench", images, prompts, batch, calls, clients, **client_kw)
 
-        def run(k: int) -> None:
-            with RewardClient(server.url, "bench") as client:
-                for i in range(k, calls, clients):
-                    s = (i * batch) % (len(prompts) - batch + 1)
-                    t = time.perf_counter()
-                    client(images[s : s + batch], prompts[s : s + batch])
-                    lat.append(time.perf_counter() - t)
 
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-    return {"images_per_s": calls * batch / wall, "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99)}
+def compare(
+    reward, images, prompts, batch: int, calls: int, clients: int, rounds: int, url: str = ""
+) -> dict:
+    """``in_process`` and ``over_http`` alternately, ``rounds`` times each (which goes first
+    alternates too): the medians of their fields, the ``ratio`` HTTP / in-process images/s
+    as the median of the rounds' ratios, and every round. With ``url`` (a server already
+    serving ``reward``, token ``bench``) the HTTP runs go there instead."""
+    runs: list[dict] = []
+    for r in range(rounds):
+        order = ("in_process", "http") if r % 2 == 0 else ("http", "in_process")
+        run = {}
+        for where in order:
+            if where == "in_process":
+                run[where] = in_process(reward, images, prompts, batch, calls)
+            elif url:
+                run[where] = drive(url, "bench", images, prompts, batch, calls, clients)
+            else:
+                run[where] = over_http(reward, images, prompts, batch, calls, clients)
+        run["ratio"] = run["http"]["images_per_s"] / run["in_process"]["images_per_s"]
+        runs.append(run)
+    med = {
+        where: {k: float(np.median([r[where][k] for r in runs])) for k in runs[0][where]}
+        for where in ("in_process", "http")
+    }
+    return {**med, "ratio": float(np.median([r["ratio"] for r in runs])), "rounds": runs}
+
+
+def reward_kinds(quick: bool, prompts: list[str], tmp: Path) -> tuple[dict, object]:
+    """The four reward kinds, ``name -> (reward, prompts)`` (the artifact and aesthetic heads
+    trained here on ShapesWorld renders, the aesthetic one saved under ``tmp``), and the
+    artifact head's detection check on held-out renders."""
+    text_prompts = [p + ' with the word "KREA"' for p in prompts]
+    artifact = train_artifact_reward(n=400 if quick else 1200, seed=0)
+    detection = evaluate_artifact_reward(artifact, n=400, seed=1)
+    clean = np.stack(render_defects(240, seed=2, sizes=(64,))[0][0::2])
+    noisy = np.clip(clean + np.random.default_rng(2).normal(0, 20, clean.shape), 0, 255)
+    aesthetic = train_aesthetic_reward(clean, noisy.astype(np.uint8), path=tmp / "a.npz")
+    kinds = {
+        "rubric-shapes": (ShapesRubricReward(), prompts),
+        "text": (TextRenderingReward(), text_prompts),
+        "artifact": (artifact, prompts),
+        "aesthetic": (aesthetic, prompts),
+    }
+    return kinds, detection
+
+
+THROUGHPUT_HEADERS = [
+    "reward",
+    "in-process img/s",
+    "HTTP img/s",
+    "HTTP / in-process",
+    "in-process p50 / p99 ms",
+    "HTTP p50 / p99 ms",
+]
+
+
+def throughput(
+    kinds: dict, images, batch: int, calls: int, clients: int, rounds: int
+) -> tuple[dict, list[list]]:
+    """:func:`compare` for every kind (the OCR-bound ``text`` with a quarter of the calls):
+    per-kind results and the table's rows (``THROUGHPUT_HEADERS``)."""
+    results, rows = {}, []
+    for name, (reward, ps) in kinds.items():
+        n = max(2, calls // 4) if name == "text" else calls
+        c = compare(reward, images, ps, batch, n, clients, rounds)
+        a, b = c["in_process"], c["http"]
+        results[name] = c
+        rows.append(
+            [
+                name,
+                f"{a['images_per_s']:.0f}",
+                f"{b['images_per_s']:.0f}",
+                f"{c['ratio']:.2f}",
+                f"{a['p50_ms']:.0f} / {a['p99_ms']:.0f}",
+                f"{b['p50_ms']:.0f} / {b['p99_ms']:.0f}",
+            ]
+        )
+        print(rows[-1], flush=True)
+    return results, rows
 
 
 def fault_run(n_requests: int) -> dict:
@@ -146,45 +250,32 @@ def fault_run(n_requests: int) -> dict:
     }
 
 
+def throughput_note(batch: int, clients: int, rounds: int) -> str:
+    return (
+        f"Batches of {batch} images (64×64 ShapesWorld renders); HTTP: a loopback reward "
+        f"server (max batch {batch}, max wait 5 ms, bearer token) in the same process, fed by "
+        f"{clients} concurrent clients (`RewardClient`, binary body, built and connected "
+        "before the clock starts) sending one batch per request. In-process and HTTP "
+        f"runs alternate, {rounds} rounds per kind: medians, the ratio the median of the "
+        "rounds' ratios. Latency is per call / request; over HTTP it includes waiting behind "
+        "the other clients' batches (one reward worker)."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per kind")
     args = parser.parse_args()
     calls = 8 if args.quick else 32
     images, prompts = _batch(256, seed=1)
-    text_prompts = [p + ' with the word "KREA"' for p in prompts]
     with tempfile.TemporaryDirectory() as tmp:
-        artifact = train_artifact_reward(n=400 if args.quick else 1200, seed=0)
-        detection = evaluate_artifact_reward(artifact, n=400, seed=1)
-        clean = np.stack(render_defects(240, seed=2, sizes=(64,))[0][0::2])
-        noisy = np.clip(clean + np.random.default_rng(2).normal(0, 20, clean.shape), 0, 255)
-        aesthetic = train_aesthetic_reward(clean, noisy.astype(np.uint8), path=Path(tmp) / "a.npz")
-    kinds = {
-        "rubric-shapes": (ShapesRubricReward(), prompts),
-        "text": (TextRenderingReward(), text_prompts),
-        "artifact": (artifact, prompts),
-        "aesthetic": (aesthetic, prompts),
-    }
-    rows, results = [], {"batch": args.batch, "clients": args.clients, "kinds": {}}
-    for name, (reward, ps) in kinds.items():
-        n = max(2, calls // 4) if name == "text" else calls
-        a = in_process(reward, images, ps, args.batch, n)
-        b = over_http(reward, images, ps, args.batch, n, args.clients)
-        ratio = b["images_per_s"] / a["images_per_s"]
-        results["kinds"][name] = {"in_process": a, "http": b, "ratio": ratio}
-        rows.append(
-            [
-                name,
-                f"{a['images_per_s']:.0f}",
-                f"{b['images_per_s']:.0f}",
-                f"{ratio:.2f}",
-                f"{a['p50_ms']:.0f} / {a['p99_ms']:.0f}",
-                f"{b['p50_ms']:.0f} / {b['p99_ms']:.0f}",
-            ]
-        )
-        print(rows[-1], flush=True)
+        kinds, detection = reward_kinds(args.quick, prompts, Path(tmp))
+        per_kind, rows = throughput(kinds, images, args.batch, calls, args.clients, args.rounds)
+    results = {"batch": args.batch, "clients": args.clients, "rounds": args.rounds}
+    results["kinds"] = per_kind
     fault = fault_run(24 if args.quick else 60)
     results["fault"] = fault
     results["artifact_detection"] = detection.__dict__
@@ -192,23 +283,9 @@ def main() -> None:
     md = [
         "## RL rewards (`benchmarks/rl_rewards.py`)",
         "",
-        f"Batches of {args.batch} images (64×64 ShapesWorld renders); HTTP: a loopback reward "
-        f"server (max batch {args.batch}, max wait 5 ms, bearer token) fed by {args.clients} "
-        "concurrent clients sending one batch per request. Latency is per call / request; "
-        "over HTTP it includes waiting behind the other clients' batches (one reward worker). "
-        "Run on shared CPUs, ratios move by about ±0.1 between runs.",
+        throughput_note(args.batch, args.clients, args.rounds),
         "",
-        table(
-            [
-                "reward",
-                "in-process img/s",
-                "HTTP img/s",
-                "HTTP / in-process",
-                "in-process p50 / p99 ms",
-                "HTTP p50 / p99 ms",
-            ],
-            rows,
-        ),
+        table(THROUGHPUT_HEADERS, rows),
         "",
         f"Kill/restart: {fault['requests']} requests one after another, the server SIGKILLed "
         f"after {fault['killed_after']} and restarted: {fault['answered']} answered, "
