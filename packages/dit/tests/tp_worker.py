@@ -41,6 +41,9 @@ def main(rank: int, world: int, overrides: dict, out: Path) -> None:
             "grad_err": ((wq.grad.full_tensor() - gref).abs().max() / gref.abs().max()).item(),
         }
         (out / f"rank{rank}.json").write_text(json.dumps(res))
+        # both ranks finish their last collective before either tears gloo down; without
+        # this the slower rank can abort ("terminate called without an active exception")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

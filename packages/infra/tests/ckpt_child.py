@@ -77,6 +77,7 @@ def two_rank_worker(rank: int, tmp: str) -> None:
         expected = torch.arange(32.0).reshape(8, 4)[rank * 4 : (rank + 1) * 4]
         assert torch.equal(fresh["model"]["w"].to_local(), expected)
         assert manager.load(fresh, step=1)["data_position"] == rank * 100
+        dist.barrier()  # neither rank tears gloo down under the other's last collective
     finally:
         dist.destroy_process_group()
 

@@ -49,6 +49,7 @@ _MODULE_OF = {
     "stage_mu": "objective",
     "DistEnv": "distributed",
     "all_reduce_sum": "distributed",
+    "shutdown": "distributed",
     "run_job": "cli",
     # using a trained job
     "load_stage_module": "inference",

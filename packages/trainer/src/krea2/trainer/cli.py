@@ -37,10 +37,12 @@ def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = Fa
     trainer = Trainer(cfg, resume=resume)
     if trainer.env.is_main:
         save_run_info(cfg, Path(cfg.run_dir), trainer.env.world)
+    finished = False
     try:
         trainer.run()
+        finished = True
     finally:
-        shutdown()
+        shutdown(synchronize=finished)
 
 
 @app.callback()

@@ -102,6 +102,16 @@ def all_reduce_sum(tensor: torch.Tensor, env: DistEnv, group=None) -> torch.Tens
     return tensor
 
 
-def shutdown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(*, synchronize: bool = True) -> None:
+    """Leave the process group (a no-op in one process).
+
+    With ``synchronize`` (the run ended normally) every rank first meets at a barrier: a
+    rank that tears gloo's connections down while a peer's last collective is still in
+    flight makes the peer abort ("terminate called without an active exception", exit
+    -6). After a failure pass ``synchronize=False``: the peers may never arrive.
+    """
+    if not dist.is_initialized():
+        return
+    if synchronize and dist.get_world_size() > 1:
+        dist.barrier()
+    dist.destroy_process_group()

@@ -51,7 +51,7 @@ def train_preference(
     the objective)."""
     from krea2.infra.logging import setup_logging
     from krea2.rl.preference.objective import PreferenceObjective
-    from krea2.trainer import Trainer
+    from krea2.trainer import Trainer, shutdown
 
     cfg = job if isinstance(job, JobConfig) else load_job(job, overrides)
     trainer_world = _world_size()
@@ -63,10 +63,12 @@ def train_preference(
     if trainer.env.is_main:
         save_config(cfg, run_dir / "config.toml")
         save_config(preference, run_dir / "preference.toml")
+    finished = False
     try:
         trainer.run()
+        finished = True
     finally:
-        _shutdown()
+        shutdown(synchronize=finished)
     return run_dir
 
 
@@ -74,13 +76,6 @@ def _world_size() -> int:
     import os
 
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _shutdown() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def main(argv: Sequence[str]) -> int:
