@@ -25,6 +25,13 @@ _SUBMODULES = (
     "progress",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
+    "extras",
+    "gpu",  # NVML needs the gpu extra
+    "fabric",
+    "alerts",
+    "telemetry",
+    "stragglers",
+    "watchdog",
 )
 
 # Public name -> the submodule that defines it.
@@ -70,6 +77,20 @@ _NAME_TO_MODULE = {
     "validate_shard_schema": "shards",
     "validate_shard_table": "shards",
     "write_shard": "shards",
+    "MissingExtraError": "extras",
+    "import_extra": "extras",
+    "GpuReading": "gpu",
+    "NvmlReader": "gpu",
+    "IbPort": "fabric",
+    "read_ib_ports": "fabric",
+    "Alert": "alerts",
+    "TelemetryCollector": "telemetry",
+    "TelemetryConfig": "telemetry",
+    "StragglerConfig": "stragglers",
+    "StragglerDetector": "stragglers",
+    "StragglerReport": "stragglers",
+    "HangWatchdog": "watchdog",
+    "hang_timeout": "watchdog",
 }
 
 __all__ = [*_SUBMODULES, *_NAME_TO_MODULE]

@@ -68,3 +68,52 @@ def metrics(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.close()
+
+
+@app.command()
+def telemetry(
+    once: bool = typer.Option(False, "--once", help="Read once, print a report and exit."),
+    sysfs_root: Path = typer.Option(Path("/sys"), help="Root of sysfs (for the IB counters)."),
+    throttle_c: float = typer.Option(75.0, help="Temperature warning threshold (°C)."),
+    gpu: list[int] = typer.Option([], help="GPU index to read (repeat); default: all."),
+    interval: float = typer.Option(15.0, help="Seconds between reads when serving."),
+    port: int = typer.Option(9400, help="Port of the /metrics exporter when serving."),
+    host: str = typer.Option("0.0.0.0", help="Address to bind when serving."),
+) -> None:
+    """Read GPU (NVML) and InfiniBand (sysfs) health, export it, raise alerts.
+
+    With --once: print temperatures, utilisation, XIDs, remapped rows, PCIe replays and
+    IB errors with the alerts they warrant, then exit (1 if an alert is critical; a host
+    without GPUs reports them absent and exits 0). Without: serve /metrics (the DaemonSet).
+
+    Example: krea2 infra telemetry --once
+    """
+    import time
+
+    from krea2.infra.metrics import start_exporter
+    from krea2.infra.telemetry import TelemetryCollector, TelemetryConfig, format_report
+
+    config = TelemetryConfig(
+        throttle_warning_c=throttle_c,
+        sysfs_root=sysfs_root,
+        devices=list(gpu) or None,
+        interval_s=interval,
+    )
+    collector = TelemetryCollector(config)
+    if once:
+        snap = collector.collect()
+        alerts = collector.alerts(snap)
+        collector.stop()
+        typer.echo(format_report(snap, alerts, collector.identity))
+        if any(a.severity == "critical" for a in alerts):
+            raise typer.Exit(1)
+        return
+    server = start_exporter(port=port, host=host)
+    typer.echo(f"telemetry every {interval:g} s on http://{host}:{server.port}/metrics")
+    collector.start()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        collector.stop()
+        server.close()

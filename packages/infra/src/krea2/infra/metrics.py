@@ -131,3 +131,20 @@ def start_exporter(port: int = 0, host: str = "127.0.0.1") -> Exporter:
         port, addr=host, registry=collecting_registry()
     )
     return Exporter(server, thread)
+
+
+def exported_names() -> set[str]:
+    """The sample names this process's krea2 metrics expose (``_total``, ``_bucket``, ...).
+
+    Dashboards and alert rules refer to these; their tests check every query against them.
+    """
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "summary": ("_sum", "_count"),
+    }
+    with _lock:
+        metrics = list(_metrics.values())
+    return {
+        metric._name + suffix for metric in metrics for suffix in suffixes.get(metric._type, ("",))
+    }
