@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 def train_preference_command(
     config: Path = typer.Option(..., "--config", "-c", help="trainer job TOML on pair shards"),
     objective: str = typer.Option("stpo", "--objective", help="stpo or dpo"),
-    beta: float = typer.Option(500.0, "--beta", help="DPO inverse temperature (per-pixel MSE)"),
+    beta: float = typer.Option(5000.0, "--beta", help="DPO inverse temperature (per-pixel MSE)"),
     time_weight: str = typer.Option("uniform", "--time-weight", help="uniform or epsilon"),
     winner_hinge: float = typer.Option(1.0, "--winner-hinge", help="STPO λ_w"),
     loser_cap: float = typer.Option(0.1, "--loser-cap", help="STPO λ_l"),

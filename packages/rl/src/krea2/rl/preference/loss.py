@@ -33,7 +33,7 @@ class PreferenceConfig:
     """
 
     kind: PreferenceKind = PreferenceKind.STPO
-    beta: float = 500.0
+    beta: float = 5000.0
     time_weight: TimeWeight = TimeWeight.UNIFORM
     winner_hinge: float = 1.0
     loser_cap: float = 0.1

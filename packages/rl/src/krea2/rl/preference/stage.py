@@ -53,7 +53,7 @@ class PreferenceStageSettings:
     batch_size: int = 16
     lr: float = 1e-4
     warmup_steps: int = 10
-    beta: float = 500.0
+    beta: float = 5000.0
     winner_hinge: float = 1.0
     loser_cap: float = 0.1
     loser_margin: float = 0.01
