@@ -168,7 +168,9 @@ def test_ctrl_c_while_sampling_exits_130_and_writes_no_image(toy_ckpt, tmp_path)
     cmd = [KREA2, "dit", "sample", "--weights", str(toy_ckpt), "--prompt", "x", "--size",
            "32x32", "--steps", "1000000", "--cfg", "0", "--text-tokens", "16", "--device", "cpu",
            "--out", str(out)]  # fmt: skip
-    env = os.environ | {"KREA2_PROGRESS": "plain", "HF_HUB_OFFLINE": "1"}
+    # a plain progress line per step: the first one proves denoising is under way
+    env = os.environ | {"KREA2_PROGRESS": "plain", "KREA2_PROGRESS_INTERVAL": "0",
+                        "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True,
