@@ -169,8 +169,11 @@ def test_ctrl_c_while_sampling_exits_130_and_writes_no_image(toy_ckpt, tmp_path)
            "32x32", "--steps", "1000000", "--cfg", "0", "--text-tokens", "16", "--device", "cpu",
            "--out", str(out)]  # fmt: skip
     # a plain progress line per step: the first one proves denoising is under way
-    env = os.environ | {"KREA2_PROGRESS": "plain", "KREA2_PROGRESS_INTERVAL": "0",
-                        "HF_HUB_OFFLINE": "1"}
+    env = os.environ | {
+        "KREA2_PROGRESS": "plain",
+        "KREA2_PROGRESS_INTERVAL": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True,
