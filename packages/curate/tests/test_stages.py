@@ -22,8 +22,10 @@ def test_claim_predicates_are_the_dag_edges():
         "ocr": "dup_keep = TRUE",
         "tags": "text_reject = ''",
         "captions": "text_reject = ''",
+        "embed": "dup_keep = TRUE",
     }
-    assert [s.name for s in curate.STAGES if s.kind is StageKind.PASS] == ["dedup", "concepts"]
+    passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
+    assert passes == ["dedup", "concepts", "semantic"]
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")
         assert "shapes" not in job.handler.lower()
@@ -35,7 +37,7 @@ def test_table_columns_are_ingest_plus_every_stage_result():
     for s in curate.STAGES:
         assert all(COLUMNS[c] == t for c, t in s.columns.items())
     assert COLUMNS["meta"] == "jsonb" and COLUMNS["captions"] == "jsonb"
-    assert reject_columns() == ["reject", "dup_kind", "text_reject", "concept_keep"]
+    assert reject_columns() == ["reject", "dup_kind", "text_reject", "concept_keep", "sem_kind"]
 
 
 def test_final_reason_reads_reject_columns_in_dag_order():

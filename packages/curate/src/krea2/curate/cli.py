@@ -130,6 +130,9 @@ def run(
     ),
     tagger: str = typer.Option("none", help="Concept tagger of the tags stage, e.g. shapes."),
     captioner: str = typer.Option("none", help="Captioner of the captions stage, e.g. shapes."),
+    embedder: str = typer.Option(
+        "none", help="Model of the embed stage: siglip2:DIR, dinov3:DIR, sscd:FILE or toy:DIR."
+    ),
     processes: int = typer.Option(1, help="Isolated decode processes of the analyze job."),
     batch_size: int = typer.Option(32, help="Rows per claim."),
     lease_s: float = typer.Option(None, help="Lease length in s (default: the job's)."),
@@ -142,7 +145,8 @@ def run(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
-    """Run curation stages in order: analyze → dedup → ocr → tags → concepts, captions.
+    """Run curation stages in order: analyze → dedup → ocr → tags → concepts, captions;
+    embed → semantic (embedding-level dedup, needs --embedder and the `embed` extra).
 
     Jobs run as krablet workers (kill one at any time and rerun; nothing is lost), with
     progress; passes (dedup, concepts) recompute over the warehouse. Stopped by Ctrl-C or
@@ -157,7 +161,7 @@ def run(
     from krea2.curate.config import load_curate_config
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    curate.check_stages(chosen, tagger, captioner)  # before the warehouse is opened
+    curate.check_stages(chosen, tagger, captioner, embedder)  # before the warehouse opens
     cfg = load_curate_config(config, set_, stage)
     wh = curate.open_warehouse(cluster)
     try:
@@ -169,6 +173,7 @@ def run(
             cfg,
             tagger=tagger,
             captioner=captioner,
+            embedder=embedder,
             processes=processes,
             run_job=_run_with_progress(batch_size, lease_s, follow),
             on_result=_echo_pass_result,

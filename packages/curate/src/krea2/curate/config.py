@@ -83,6 +83,29 @@ class ConceptConfig:
 
 
 @dataclass(frozen=True)
+class EmbedConfig:
+    """The embed job: where vectors are stored and how the embedder runs."""
+
+    store: str = "curate-embeddings"  # directory of the float16 batches (refs are absolute)
+    device: str = "cpu"
+    dtype: str = "float32"  # the model's compute dtype; stored vectors are float16
+    batch_size: int = 64  # images per forward pass
+
+
+@dataclass(frozen=True)
+class SemanticConfig:
+    """Semantic dedup within hierarchical k-means leaves (``krea2.curate.semantic_dedup``)."""
+
+    threshold: float = 0.0  # cosine; 0 = the embedder's own (the toy encoder's calibrated one)
+    leaf_size: int = 64  # mean leaf size: level 1 has ⌈n / leaf_size⌉ clusters
+    levels: int = 2  # each level above has 8× fewer clusters
+    max_leaf: int = 4096  # leaves above this are split again (bounds the per-leaf work)
+    probe: int = 3  # leaves a row is compared in: its own and neighbours within ``margin``
+    margin: float = 0.1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class CurateConfig:
     """Everything ``krea2 curate`` reads; ``stage`` picks the thresholds in ``stages``."""
 
@@ -92,6 +115,8 @@ class CurateConfig:
     dedup: DedupConfig = field(default_factory=DedupConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
     concepts: ConceptConfig = field(default_factory=ConceptConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
 
     @property
     def stage_side(self) -> int:

@@ -17,6 +17,7 @@ DEFECT_REASONS: dict[str, frozenset[str]] = {
     "near_duplicate": frozenset({"near_duplicate"}),
     "text_dense": frozenset({"text_density", "text_legibility"}),
     "overrepresented": frozenset({"overrepresented"}),
+    "semantic_duplicate": frozenset({"semantic_duplicate"}),
 }
 
 

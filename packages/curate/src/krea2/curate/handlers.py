@@ -182,6 +182,47 @@ class CaptionHandler:
         return out
 
 
+class EmbedHandler:
+    """Batch handler of ``images.embed``: the embedder named by ``plugin`` (``KIND:PATH``,
+    ``krea2.curate.embed.loaders``) on each image's decode at ``decode.analysis_size``; the
+    claim's vectors go to the store as one float16 file (``embed.store``), the rows get
+    references to them. A row that cannot be read or decoded fails alone (retried)."""
+
+    cfg: ClassVar[CurateConfig] = CurateConfig()
+    plugin: ClassVar[str] = ""
+
+    def setup(self) -> None:
+        from krea2.curate.embed.loaders import load_embedder
+
+        e = self.cfg.embed
+        self.embedder = load_embedder(self.plugin, e.device, e.dtype, e.batch_size)
+
+    def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        from pathlib import Path
+
+        from krea2.curate.decode import DecodeError, decode
+        from krea2.curate.embed.store import write_batch
+        from krea2.curate.image_analysis import decode_limits
+        from krea2.curate.storage import read_uri
+
+        out: list[dict | Exception] = []
+        pixels, done = [], []
+        for row in rows:
+            try:
+                pixels.append(decode(read_uri(row["uri"]), decode_limits(self.cfg)).pixels)
+                done.append(len(out))
+                out.append({})
+            except (OSError, DecodeError) as exc:
+                out.append(exc)
+        if pixels:
+            vectors = self.embedder.embed(pixels)
+            keys = [rows[i]["image_key"] for i in done]
+            refs = write_batch(Path(self.cfg.embed.store), keys, vectors)
+            for i, ref in zip(done, refs, strict=True):
+                out[i] = {"embedding": ref, "embed_model": self.embedder.name}
+        return out
+
+
 def configured(handler: type, cfg: CurateConfig, **attrs: Any) -> type:
     """A subclass of ``handler`` bound to ``cfg`` and class attributes ``attrs`` (``plugin``,
     ``processes``)."""

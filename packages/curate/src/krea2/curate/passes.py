@@ -81,3 +81,65 @@ def concept_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         )
         f.flush()
     return {"rows": len(rows), "dropped": sum(not v.keep for v in verdicts)}
+
+
+def embedder_threshold(models: set[str], configured: float) -> float:
+    """The semantic threshold: ``configured`` when set (> 0), else the one the embedder of
+    every row records (the toy encoder's calibrated threshold, in its ``config.json``)."""
+    import json
+
+    from krea2.curate.embed.loaders import parse_spec
+    from krea2.infra.errors import UserError
+
+    if len(models) > 1:
+        raise UserError(f"rows were embedded by several models {sorted(models)}; vectors of "
+                        "different models cannot be compared: re-embed with one")  # fmt: skip
+    if configured > 0:
+        return configured
+    kind, path = parse_spec(next(iter(models)))
+    if kind == "toy" and (path / "config.json").is_file():
+        return float(json.loads((path / "config.json").read_text())["threshold"])
+    raise UserError(f"{kind} embeddings carry no copy threshold: set semantic.threshold "
+                    "(e.g. --set semantic.threshold=0.9; SSCD's authors use 0.75)")  # fmt: skip
+
+
+def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
+    """Recompute semantic dedup over every embedded row: hierarchical k-means, then the
+    keep rule inside bounded leaves (``krea2.curate.semantic_dedup``); rank = part 1's
+    keep rule (largest, then earliest ingest)."""
+    from krea2.curate.embed.store import read_vectors
+    from krea2.curate.kmeans import hierarchical_kmeans
+    from krea2.curate.semantic_dedup import semantic_dedup
+
+    cols = ["image_key", "seq", "width", "height", "embedding", "embed_model"]
+    rows = list(scan_all(wh, STAGES_BY_NAME["semantic"].filters(), cols))
+    if not rows:
+        return {"rows": 0, "duplicates": 0}
+    c = cfg.semantic
+    threshold = embedder_threshold({r["embed_model"] for r in rows}, c.threshold)
+    keys = [r["image_key"] for r in rows]
+    x = read_vectors([r["embedding"] for r in rows], keys)
+    n = len(rows)
+    k = [max(1, -(-n // (c.leaf_size * 8**level))) for level in range(c.levels)]
+    h = hierarchical_kmeans(x, k, seed=c.seed)
+    order = sorted(range(n), key=lambda i: (-(rows[i]["width"] or 0) * (rows[i]["height"] or 0),
+                                            rows[i]["seq"] or 0, keys[i]))  # fmt: skip
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    res = semantic_dedup(x, rank, h.leaf, threshold, c.max_leaf, c.probe, c.margin)
+    paths = h.paths()[:, ::-1]  # top level first
+    patch = [
+        {
+            "image_key": keys[i],
+            "sem_keep": bool(res.keep[i]),
+            "sem_kind": "" if res.keep[i] else "semantic_duplicate",
+            "sem_dup_of": keys[i] if res.keep[i] else keys[int(res.dup_of[i])],
+            "sem_similarity": float(res.similarity[i]),
+            "cluster": "/".join(str(int(v)) for v in paths[i]),
+        }
+        for i in range(n)
+    ]
+    with wh.funnel() as f:
+        f.patch(TABLE, patch)
+        f.flush()
+    return {"rows": n, "duplicates": int((~res.keep).sum()), "leaves": int(res.leaf.max()) + 1}

@@ -108,6 +108,19 @@ def check_plugin(kind: str, name: str | None, needed_by: str) -> str:
     return name
 
 
+def check_embedder(spec: str | None, needed_by: str) -> str:
+    """``spec`` if it is a well-formed embedder spec (``KIND:PATH``); else a user error.
+    Embedders are named by spec, not registered: the path is the model."""
+    from krea2.curate.embed.loaders import KINDS, parse_spec
+    from krea2.infra.errors import UserError
+
+    if not spec or spec == "none":
+        raise UserError(f"the {needed_by} stage needs an embedder: pass --embedder KIND:PATH "
+                        f"(KIND one of {list(KINDS)})")  # fmt: skip
+    parse_spec(spec)
+    return spec
+
+
 def plugin(kind: str, name: str) -> Any:
     """The ``kind`` plugin registered as ``name`` (imported on first use)."""
     check_plugin(kind, name, needed_by=kind)

@@ -9,6 +9,8 @@ and the in-memory verdict are all derived from ``STAGES``:
           → tags     (job: where text_reject = ''; a tagger by name)
             → concepts (pass: tagged rows; cap over-represented tags)
           → captions (job: where text_reject = ''; a captioner by name)
+      → embed    (job: where dup_keep = TRUE; an embedder by spec, vectors to the store)
+        → semantic (pass: embedded rows; semantic dedup within k-means leaves)
 
 A job is a krablet job (claimed row by row, parallel, resumable); a pass is an idempotent
 recomputation over the warehouse, safe to rerun after a crash. ``captions`` claims the same
@@ -214,6 +216,31 @@ STAGES: tuple[Stage, ...] = (
         when=(("text_reject", "=", ""),),
         inputs=("uri", "meta"),
         plugin="captioner",
+    ),
+    # Embedding-level curation (part 2): after the DAG above, so a pool curated without an
+    # embedder is unchanged; a row's semantic verdict is its last reason.
+    Stage(
+        "embed",
+        StageKind.JOB,
+        {"embedding": "text", "embed_model": "text"},  # '<file>.npy#<row>' in the store
+        run="krea2.curate.handlers:EmbedHandler",
+        when=(("dup_keep", "=", True),),
+        lease_s=300.0,
+        plugin="embedder",
+    ),
+    Stage(
+        "semantic",
+        StageKind.PASS,
+        {
+            "sem_keep": "boolean",
+            "sem_kind": "text",  # '' for keepers, semantic_duplicate otherwise
+            "sem_dup_of": "text",
+            "sem_similarity": "real",  # cosine to the keeper it duplicates
+            "cluster": "text",  # hierarchical k-means path, top level first: '2/17/305'
+        },
+        run="krea2.curate.passes:semantic_pass",
+        when=(("embedding", "is not", None),),
+        reject=Reject("sem_kind"),
     ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

@@ -16,7 +16,7 @@ from typing import Any
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.handlers import configured
-from krea2.curate.plugins import check_plugin, load_object
+from krea2.curate.plugins import check_embedder, check_plugin, load_object
 from krea2.curate.stages import (
     COLUMNS,
     KEY,
@@ -167,17 +167,25 @@ def retry_isolation_failures(wh: Warehouse) -> int:
 
 
 def check_stages(
-    names: Sequence[str], tagger: str | None = None, captioner: str | None = None
+    names: Sequence[str],
+    tagger: str | None = None,
+    captioner: str | None = None,
+    embedder: str | None = None,
 ) -> list[Stage]:
     """The stages called ``names``, after checking that each is known and that every plugin
-    named (or needed by a chosen stage) is registered; a user error names the fix."""
+    named (or needed by a chosen stage) is registered (an embedder: a well-formed
+    ``KIND:PATH``); a user error names the fix."""
     chosen = stages_named(names)
     plugins = {"tagger": tagger, "captioner": captioner}
     for kind, name in plugins.items():
         if name not in (None, "none"):
             check_plugin(kind, name, needed_by=kind)
+    if embedder not in (None, "none"):
+        check_embedder(embedder, needed_by="embed")
     for s in chosen:
-        if s.plugin is not None:
+        if s.plugin == "embedder":
+            check_embedder(embedder, needed_by=s.name)
+        elif s.plugin is not None:
             check_plugin(s.plugin, plugins[s.plugin], needed_by=s.name)
     return chosen
 
@@ -189,17 +197,19 @@ def run_stages(
     *,
     tagger: str | None = None,
     captioner: str | None = None,
+    embedder: str | None = None,
     processes: int = 1,
     run_job: JobRunner | None = None,
     on_result: Callable[[Stage, Any], None] | None = None,
 ) -> dict[str, Any]:
     """Run the stages called ``names`` in order: a job through ``run_job(wh, stage,
     handler)`` (default: one ``run_worker``), a pass in this process. ``tagger`` and
-    ``captioner`` name the plugins (``krea2.curate.plugins``) of the stages that need one;
+    ``captioner`` name the plugins (``krea2.curate.plugins``) of the stages that need one,
+    ``embedder`` the ``KIND:PATH`` of the embed stage's model;
     ``processes``: isolated decode processes of ``analyze``. Returns each stage's result
     (worker stats or the pass's counts), also handed to ``on_result`` as it finishes."""
-    chosen = check_stages(names, tagger, captioner)
-    plugins = {"tagger": tagger, "captioner": captioner}
+    chosen = check_stages(names, tagger, captioner, embedder)
+    plugins = {"tagger": tagger, "captioner": captioner, "embedder": embedder}
     cfg = cfg or CurateConfig()
     results: dict[str, Any] = {}
     for s in chosen:

@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw
 
+from krea2.curate.shapes.copies import COPY_EDITS, copy_edit
 from krea2.curate.shapes.render import _font, render
 from krea2.curate.shapes.sample import sample_scene
 from krea2.curate.shapes.spec import COLORS, WORDS, Scene, ShapeObject
@@ -34,6 +35,9 @@ DEFECT_CLASSES: tuple[str, ...] = (
     "text_dense",
     "overrepresented",
 )
+# Copies that hashes miss (``shapes.copies``): injected only when ``make_pool(n_copies=...)``
+# asks, so the default pool and its per-class checks are those of the hash stage.
+SEMANTIC_DUPLICATE = "semantic_duplicate"
 # The over-represented concept: every `overrepresented` item contains a red circle, and no
 # other item does.
 OVERREPRESENTED = ("red", "circle")
@@ -201,10 +205,12 @@ def make_pool(
     min_side: int = 320,
     max_side: int = 400,
     classes: Sequence[str] = DEFECT_CLASSES,
+    n_copies: int = 0,
 ) -> list[PoolItem]:
     """A raw pool: ``n_clean`` clean scenes (2–3 shapes, some with a word), then
     ``n_per_defect`` items of each defect class (``n_overrepresented`` of the over-represented
-    concept), shuffled, with clean originals always before their duplicates.
+    concept; ``n_copies`` semantic duplicates, copies that hashes miss, ``shapes.copies``),
+    shuffled, with clean originals always before their duplicates.
 
     Clean images have shorter side ``min_side..max_side`` px and aspect ≤ 1.5; they pass
     every default filter at the 256 stage. ``classes`` limits which defects are injected.
@@ -278,6 +284,14 @@ def make_pool(
         scene = _overrepresented_scene(rng, seen)
         px = render(scene, *_size(rng, min_side, max_side))
         add("overrepresented", encode(px, "jpg"), "jpg", scene=scene)
+    if n_copies:
+        # Drawn after everything else, so a pool without copies is the same as before.
+        for j, i in enumerate(rng.choice(len(clean), size=n_copies, replace=False)):
+            edit = COPY_EDITS[j % len(COPY_EDITS)]
+            px = copy_edit(clean_pixels[i], edit, rng)
+            ext = "jpg" if rng.random() < 0.7 else "png"
+            # No scene: after a flip or a crop the original's spec no longer describes it.
+            add(SEMANTIC_DUPLICATE, encode(px, ext), ext, source=clean[i].key, edit=edit)
 
     # Shuffle, then move every original before its copies: ingest order decides ties
     # ("largest, then earliest"), so the clean original must be the earliest.
