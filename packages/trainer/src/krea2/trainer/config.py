@@ -353,6 +353,9 @@ class JobConfig:
     stability: StabilityConfig = field(default_factory=StabilityConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     stages: list[StageConfig] = field(default_factory=list)
+    # The run file's cluster placement, read by `krea2 infra launch`
+    # (krea2.infra.k8s.config.LaunchConfig); the trainer keeps it only to save it.
+    launch: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.stages]
