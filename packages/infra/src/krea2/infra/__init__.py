@@ -32,6 +32,7 @@ _SUBMODULES = (
     "telemetry",
     "stragglers",
     "watchdog",
+    "k8s",  # launch manifests; applying them needs the k8s extra
 )
 
 # Public name -> the submodule that defines it.

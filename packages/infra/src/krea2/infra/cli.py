@@ -117,3 +117,89 @@ def telemetry(
     except KeyboardInterrupt:
         collector.stop()
         server.close()
+
+
+@app.command()
+def launch(
+    run_file: Path = typer.Argument(..., help="A run file: the trainer's TOML with [launch]."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the manifests; apply nothing."),
+    nodes: int = typer.Option(None, help="Nodes for this launch (overrides launch.nodes)."),
+    overrides: list[str] = typer.Option([], "--set", help="launch.KEY=VALUE override."),
+    context: str = typer.Option(None, help="kubeconfig context (default: in-cluster or current)."),
+) -> None:
+    """Launch a training run on Kubernetes: a JobSet of torchrun pods admitted by Kueue.
+
+    Renders the PriorityClass and WorkloadPriorityClass, the LocalQueue, the run file as a
+    ConfigMap, a headless Service for rendezvous, a PodDisruptionBudget and the JobSet;
+    with reserve_nodes, picks clean nodes and labels (and taints) them first.
+
+    Example: krea2 infra launch configs/production/krea2-12b.toml --dry-run --nodes 1
+    """
+    from krea2.infra.k8s.config import load_launch
+    from krea2.infra.k8s.manifests import to_yaml, training_manifests
+
+    cfg, run = load_launch(run_file, overrides, nodes)
+    objects = training_manifests(cfg, run)
+    if dry_run:
+        if cfg.reserve_nodes:
+            taint = " and tainted" if cfg.nodes >= cfg.taint_min_nodes else ""
+            typer.echo(
+                f"# at apply time {cfg.nodes} clean node(s) are labelled "
+                f"{cfg.reservation_label}={cfg.name}{taint}"
+            )
+        typer.echo(to_yaml(objects), nl=False)
+        return
+    from krea2.infra.k8s.apply import api_client
+    from krea2.infra.k8s.apply import launch as apply_launch
+
+    for name in apply_launch(api_client(context), cfg, objects):
+        typer.echo(f"applied {name}")
+    typer.echo(f"run {cfg.name}: waiting for Kueue admission in queue {cfg.queue}")
+
+
+@app.command()
+def teardown(
+    run_file: Path = typer.Argument(..., help="The run file the run was launched with."),
+    overrides: list[str] = typer.Option([], "--set", help="launch.KEY=VALUE override."),
+    context: str = typer.Option(None, help="kubeconfig context."),
+) -> None:
+    """Delete a launched run's objects and remove its node labels and taints.
+
+    Example: krea2 infra teardown configs/production/krea2-12b.toml
+    """
+    from krea2.infra.k8s.apply import api_client
+    from krea2.infra.k8s.apply import teardown as apply_teardown
+    from krea2.infra.k8s.config import load_launch
+    from krea2.infra.k8s.manifests import training_manifests
+
+    cfg, run = load_launch(run_file, overrides)
+    for name in apply_teardown(api_client(context), cfg, training_manifests(cfg, run)):
+        typer.echo(f"deleted {name}")
+
+
+@app.command()
+def node(
+    name: str = typer.Argument(..., help="Node name."),
+    reason: str = typer.Option(None, help="Mark the node faulty, saying why (e.g. xid-79)."),
+    clear: bool = typer.Option(False, "--clear", help="Return a repaired node to the pool."),
+    label: str = typer.Option("krea2.ai/faulty", help="The faulty-node label."),
+    context: str = typer.Option(None, help="kubeconfig context."),
+) -> None:
+    """Label a node faulty (training pods keep away, its reservation is dropped) or clear it.
+
+    Example: krea2 infra node gpu-node-17 --reason xid-79
+    """
+    from krea2.infra.errors import UserError
+    from krea2.infra.k8s.apply import api_client, apply_node_changes, node_states
+    from krea2.infra.k8s.nodes import clear_faulty, mark_faulty
+
+    if (reason is None) == (not clear):
+        raise UserError("pass either --reason WHY (mark faulty) or --clear")
+    client = api_client(context)
+    states = node_states(client)
+    state = next((s for s in states if s.name == name), None)
+    if state is None:
+        raise UserError(f"no node named {name!r} in this cluster")
+    change = clear_faulty(state, label) if clear else mark_faulty(state, reason, label)
+    apply_node_changes(client, [change], states)
+    typer.echo(f"node {name}: {change.patch(state)}")

@@ -329,6 +329,37 @@ def load_config(
     return _build(cls, data, "", where)
 
 
+def load_section(
+    cls: type[T],
+    path: str | Path,
+    section: str,
+    overrides: Sequence[str] = (),
+) -> T:
+    """Build ``cls`` from one ``[section]`` table of a TOML file that other tools read too
+    (a run file: the trainer reads the job, ``krea2 infra launch`` its ``[launch]``).
+
+    Overrides name the section: ``launch.nodes=16``; one for another section is an error.
+    A file without the section gives the dataclass defaults (plus the overrides).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    data = raw.get(section, {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key '{section}' in {p}: expected a table, got {data!r}")
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys[0] != section or len(keys) < 2:
+            raise ConfigError(f"override '{text}' must start with '{section}.'")
+        _apply_override(data, cls, keys[1:], value, text)
+    where = f"{p} + --set overrides" if overrides else str(p)
+    return _build(cls, data, section, where)
+
+
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
