@@ -36,3 +36,20 @@ def test_backlog_counters_and_shard_health_are_exported(cluster):
     assert (
         "krea2_krablet_hot_update_ratio" in text and "krea2_krablet_oldest_xmin_age_seconds" in text
     )
+
+
+def test_exporter_once_prints_each_jobs_backlog_per_shard(cluster):
+    from typer.testing import CliRunner
+
+    from krea2.krablet.cli import app
+
+    t = Table("etab", columns={"done": "boolean"}, jobs=[Job("mark", result="done")])
+    wh = Warehouse.open(cluster, tables=[t])
+    with wh.funnel() as f:
+        f.upsert("etab", [{"key": f"k{i}"} for i in range(40)])
+    wh.close()
+    result = CliRunner().invoke(app, ["exporter", "--cluster", ",".join(cluster.shards), "--once"])
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if "etab.mark" in ln]
+    assert len(lines) == 2  # one per shard
+    assert sum(int(ln.split("backlog ")[1].split(",")[0]) for ln in lines) == 40

@@ -339,3 +339,52 @@ def rpc(
     wh = _warehouse(cluster)
     typer.echo(f"rpc for {len(wh.cluster)} shard(s) on http://{host}:{port}")
     _serve(make_rpc_app(wh, token=token), host, port)
+
+
+@app.command()
+def exporter(
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+    port: int = typer.Option(9300, help="Port of the /metrics endpoint."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; 0.0.0.0 inside a pod."),
+    interval: float = typer.Option(15.0, help="Seconds between two reads of the shards."),
+    cap: int = typer.Option(100_000, help="Backlog counts stop at this many rows per shard."),
+    once: bool = typer.Option(False, "--once", help="Read once, print the backlogs, exit."),
+) -> None:
+    """Serve every job's backlog, leases and shard health on /metrics, read every INTERVAL
+    seconds: the signal that autoscales workers (krea2 infra workers renders the HPA/KEDA).
+
+    Example: krea2 krablet exporter --port 9300 --host 0.0.0.0
+    """
+    import time
+
+    from krea2.infra.metrics import start_exporter
+    from krea2.krablet.metrics import refresh
+
+    wh = _warehouse(cluster)
+    if once:
+        st = refresh(wh, cap=cap)
+        wh.close()
+        for entry in st["shards"]:
+            for table, t in entry.get("tables", {}).items():
+                for job, q in t["jobs"].items():
+                    typer.echo(
+                        f"shard {entry['shard']} {table}.{job}: backlog {q['ready']}, "
+                        f"leased {q['leased']}, backing off {q['backing_off']}"
+                    )
+        if st["unreachable"]:
+            raise typer.Exit(3)
+        return
+    server = start_exporter(port=port, host=host)
+    typer.echo(f"krablet metrics every {interval:g} s on http://{host}:{server.port}/metrics")
+    try:
+        while True:
+            try:
+                refresh(wh, cap=cap)
+            except Exception as exc:  # a shard outage must not stop the other shards' numbers
+                typer.echo(f"backlog read failed: {type(exc).__name__}: {exc}", err=True)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        wh.close()
