@@ -203,3 +203,28 @@ def node(
     change = clear_faulty(state, label) if clear else mark_faulty(state, reason, label)
     apply_node_changes(client, [change], states)
     typer.echo(f"node {name}: {change.patch(state)}")
+
+
+@app.command()
+def workers(
+    workers_file: Path = typer.Argument(..., help="A TOML file with a [workers] table."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the manifests; apply nothing."),
+    overrides: list[str] = typer.Option([], "--set", help="workers.KEY=VALUE override."),
+    context: str = typer.Option(None, help="kubeconfig context (default: in-cluster or current)."),
+) -> None:
+    """Deploy autoscaled krablet workers: per job a Deployment scaled on its backlog (KEDA
+    or HPA), the backlog exporter, and an interruptible priority class.
+
+    Example: krea2 infra workers configs/production/krablet-workers.toml --dry-run
+    """
+    from krea2.infra.k8s.manifests import to_yaml
+    from krea2.infra.k8s.workers import load_workers, worker_manifests
+
+    objects = worker_manifests(load_workers(workers_file, overrides))
+    if dry_run:
+        typer.echo(to_yaml(objects), nl=False)
+        return
+    from krea2.infra.k8s.apply import api_client, apply_objects
+
+    for name in apply_objects(api_client(context), objects):
+        typer.echo(f"applied {name}")

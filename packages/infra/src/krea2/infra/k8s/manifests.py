@@ -27,7 +27,7 @@ RUN_MOUNT = "/etc/krea2"
 ROLE_LABEL = "krea2.ai/role"  # training | dev | krablet: launch avoids nodes running these
 
 
-def _meta(name: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
+def object_meta(name: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/part-of": "krea2"}}
     meta["labels"].update(labels)
     if namespace is not None:
@@ -41,7 +41,7 @@ def priority_classes(cfg: LaunchConfig, description: str) -> list[dict[str, Any]
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
-            "metadata": _meta(cfg.priority_class),
+            "metadata": object_meta(cfg.priority_class),
             "value": cfg.priority,
             "globalDefault": False,
             "preemptionPolicy": "PreemptLowerPriority",
@@ -50,7 +50,7 @@ def priority_classes(cfg: LaunchConfig, description: str) -> list[dict[str, Any]
         {
             "apiVersion": KUEUE_API,
             "kind": "WorkloadPriorityClass",
-            "metadata": _meta(cfg.priority_class),
+            "metadata": object_meta(cfg.priority_class),
             "value": cfg.priority,
             "description": description,
         },
@@ -61,7 +61,7 @@ def local_queue(cfg: LaunchConfig) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
-        "metadata": _meta(cfg.queue, cfg.namespace),
+        "metadata": object_meta(cfg.queue, cfg.namespace),
         "spec": {"clusterQueue": cfg.cluster_queue},
     }
 
@@ -203,7 +203,7 @@ def jobset(cfg: LaunchConfig, run: RunFacts) -> dict[str, Any]:
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": _meta(cfg.name, cfg.namespace, **labels),
+        "metadata": object_meta(cfg.name, cfg.namespace, **labels),
         "spec": {
             "suspend": True,  # Kueue admits (unsuspends) the whole gang at once
             "network": {
@@ -223,7 +223,7 @@ def training_manifests(cfg: LaunchConfig, run: RunFacts) -> list[dict[str, Any]]
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(cfg.name, cfg.namespace),
+        "metadata": object_meta(cfg.name, cfg.namespace),
         "spec": {
             "clusterIP": "None",  # headless: DNS names for each pod, used for rendezvous
             "publishNotReadyAddresses": True,
@@ -234,13 +234,13 @@ def training_manifests(cfg: LaunchConfig, run: RunFacts) -> list[dict[str, Any]]
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(f"{cfg.name}-run", cfg.namespace),
+        "metadata": object_meta(f"{cfg.name}-run", cfg.namespace),
         "data": {"run.toml": run.text},
     }
     pdb = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(cfg.name, cfg.namespace),
+        "metadata": object_meta(cfg.name, cfg.namespace),
         "spec": {
             "minAvailable": cfg.nodes,
             "selector": {"matchLabels": {JOBSET_NAME_LABEL: cfg.name}},
