@@ -111,19 +111,25 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=80)
     ap.add_argument("--steps", type=int, default=SslConfig().steps)
     ap.add_argument("--leaf-size", type=int, default=64)
+    ap.add_argument("--encoder", type=Path, help="Reuse a trained toy encoder (skip training).")
+    ap.add_argument("--save-encoder", type=Path, help="Keep the trained encoder here.")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/curate_semdedup.json"))
     args = ap.parse_args()
 
     _, train_items, hash_train = pool_and_hash_stage(args.seed, args.clean, args.copies)
     print(f"hash stage (seed {args.seed}): {hash_train}", flush=True)
-    model, stats = train_toy_encoder(pixels(train_items), config=SslConfig(steps=args.steps))
-    print(f"toy encoder: {stats['seconds']:.0f} s, loss {stats['losses'][-1]:.3f}, "
-          f"threshold {stats['threshold']:.3f}", flush=True)  # fmt: skip
-    results: dict = {"settings": vars(args) | {"out": str(args.out)},
-                     "encoder": {k: v for k, v in stats.items() if k != "losses"}}  # fmt: skip
+    results: dict = {"settings": {k: str(v) for k, v in vars(args).items()}}
     with tempfile.TemporaryDirectory() as tmp:
-        save_toy_encoder(model, Path(tmp))
-        emb = load_embedder(f"toy:{tmp}")
+        where = args.encoder or args.save_encoder or Path(tmp)
+        if args.encoder is None:
+            model, stats = train_toy_encoder(
+                pixels(train_items), config=SslConfig(steps=args.steps)
+            )
+            print(f"toy encoder: {stats['seconds']:.0f} s, loss {stats['losses'][-1]:.3f}, "
+                  f"threshold {stats['threshold']:.3f}", flush=True)  # fmt: skip
+            results["encoder"] = {k: v for k, v in stats.items() if k != "losses"}
+            save_toy_encoder(model, where)
+        emb = load_embedder(f"toy:{where}")
         for name, seed in (("train_pool", args.seed), ("other_pool", args.eval_seed)):
             if name == "train_pool":
                 items, hash_stage = train_items, hash_train

@@ -136,6 +136,34 @@ def test_a_rerun_embeds_only_what_is_missing_and_the_pass_is_idempotent(embedded
     assert all(once[k]["embedding"] == r["embedding"] for k, r in before.items())
 
 
+def test_a_dropped_cluster_rejects_its_rows_and_flags_survive_a_rerun(embedded):
+    from krea2.curate.review import decide_cluster, flag_cluster, list_clusters, review_pass
+
+    c, *_ = embedded
+    wh = curate.open_warehouse(c)
+    listed = {r["cluster"]: r for r in list_clusters(wh)}
+    rows = [r for r in curate.read_rows(wh, COLS) if r["cluster"]]
+    assert listed["0"]["size"] == len(rows) and listed["0"]["level"] == 1
+    leaf = rows[0]["cluster"]
+    members = {r["image_key"] for r in rows if r["cluster"] == leaf}
+    assert listed[leaf]["size"] == len(members) and listed[leaf]["level"] == 2
+    flag_cluster(wh, leaf, "looks like one concept", name="circles")
+    curate.run_stages(wh, ["semantic"], curate.CurateConfig())
+    assert [r["cluster"] for r in list_clusters(wh, flagged_only=True)] == [leaf]
+    decide_cluster(wh, leaf, "drop", note="test")
+    assert review_pass(wh) == {"rows": len(rows), "dropped": len(members)}
+    read = curate.read_rows(wh, [*COLS, "cluster_reject"])
+    reasons = {r["image_key"]: curate.final_reason(r) for r in read if r["cluster"]}
+    assert {k for k, why in reasons.items() if why == "cluster_review"} == members
+    decide_cluster(wh, leaf, "")
+    assert review_pass(wh)["dropped"] == 0
+    with pytest.raises(UserError, match="no cluster '9/9/9'"):
+        flag_cluster(wh, "9/9/9", "x")
+    with pytest.raises(UserError, match="use one of keep, drop"):
+        decide_cluster(wh, leaf, "delete")
+    wh.close()
+
+
 def test_the_embed_stage_needs_a_valid_embedder_spec(tmp_path):
     with pytest.raises(UserError, match="needs an embedder: pass --embedder KIND:PATH"):
         curate.check_stages(["embed"])

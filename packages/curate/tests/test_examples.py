@@ -11,9 +11,10 @@ from krea2.curate.cli import app
 
 # The examples in the order a user meets them; `photos/` (real photos) is the only input
 # made beforehand; SETUP runs before an example what the examples themselves leave out.
-ORDER = ["pool", "", "ingest", "run", "report", "export"]
+ORDER = ["pool", "", "ingest", "run", "train-encoder", "clusters", "review", "report", "export"]
 SETUP = {
     "": "krea2 curate ingest pool --name pool",
+    "clusters": "krea2 curate run --stages embed,semantic --embedder toy:toy-encoder",
     "export": "krea2 curate run --stages captions --captioner shapes",
 }
 
@@ -56,5 +57,7 @@ def test_every_help_example_runs(tmp_path, cluster_file, real_photos, monkeypatc
             _run(SETUP[name])
         outputs[name] = _run(examples[name])
     assert "stages.256.max_aspect" in examples["run"]
+    assert (tmp_path / "toy-encoder" / "model.safetensors").is_file()
+    assert "flagged clusters" in outputs["clusters"] and "cluster 0: recorded" in outputs["review"]
     assert (tmp_path / "report" / "index.html").is_file()
     assert list((tmp_path / "shards").glob("shard-*.parquet")), outputs["export"]

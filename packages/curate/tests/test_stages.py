@@ -25,7 +25,7 @@ def test_claim_predicates_are_the_dag_edges():
         "embed": "dup_keep = TRUE",
     }
     passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
-    assert passes == ["dedup", "concepts", "semantic"]
+    assert passes == ["dedup", "concepts", "semantic", "review"]
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")
         assert "shapes" not in job.handler.lower()
@@ -37,7 +37,14 @@ def test_table_columns_are_ingest_plus_every_stage_result():
     for s in curate.STAGES:
         assert all(COLUMNS[c] == t for c, t in s.columns.items())
     assert COLUMNS["meta"] == "jsonb" and COLUMNS["captions"] == "jsonb"
-    assert reject_columns() == ["reject", "dup_kind", "text_reject", "concept_keep", "sem_kind"]
+    assert reject_columns() == [
+        "reject",
+        "dup_kind",
+        "text_reject",
+        "concept_keep",
+        "sem_kind",
+        "cluster_reject",
+    ]
 
 
 def test_final_reason_reads_reject_columns_in_dag_order():

@@ -109,6 +109,7 @@ def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     keep rule (largest, then earliest ingest)."""
     from krea2.curate.embed.store import read_vectors
     from krea2.curate.kmeans import hierarchical_kmeans
+    from krea2.curate.review import record_clusters
     from krea2.curate.semantic_dedup import semantic_dedup
 
     cols = ["image_key", "seq", "width", "height", "embedding", "embed_model"]
@@ -142,4 +143,6 @@ def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     with wh.funnel() as f:
         f.patch(TABLE, patch)
         f.flush()
-    return {"rows": n, "duplicates": int((~res.keep).sum()), "leaves": int(res.leaf.max()) + 1}
+    flagged = record_clusters(wh, [p["cluster"] for p in patch])
+    return {"rows": n, "duplicates": int((~res.keep).sum()), "leaves": int(res.leaf.max()) + 1,
+            "flagged": flagged}  # fmt: skip

@@ -137,21 +137,20 @@ def keep_rule(n: int, rank: np.ndarray, pairs: np.ndarray, sims: np.ndarray) -> 
     return keep, dup_of, sim_to
 
 
-def semantic_dedup(
+def similar_pairs(
     x: np.ndarray,
-    rank: np.ndarray,
     leaf: np.ndarray,
     threshold: float,
     max_leaf: int = 4096,
     probe: int = 3,
     margin: float = 0.1,
-) -> SemanticDedupResult:
-    """Semantic duplicates among n unit vectors ``x`` (n, d) (may be a float16 memmap),
-    compared only within ``leaf`` (n,) clusters bounded to ``max_leaf`` rows (plus the
-    boundary visitors of ``leaf_buckets``); ``rank`` (n,) keep priority (lower is kept
-    first; see the module's keep rule). Memory: one bucket's vectors, the pairs found."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pair of rows of unit vectors ``x`` (n, d) (may be a float16 memmap) with
+    cosine ≥ ``threshold`` that share a bucket: ``leaf`` (n,) clusters bounded to
+    ``max_leaf`` rows plus the boundary visitors of ``leaf_buckets``. Returns ((p, 2) int64
+    unique pairs i < j, (p,) float32 similarities, (n,) bounded leaf ids). Memory: one
+    bucket's vectors and the pairs found."""
     n = len(x)
-    rank = np.asarray(rank)
     leaves = bounded_leaves(x, leaf, max_leaf)
     rows, buckets = leaf_buckets(x, leaves, probe, margin)
     order = np.argsort(buckets, kind="stable")
@@ -169,5 +168,21 @@ def semantic_dedup(
     if len(pairs):  # a pair met in two buckets is counted once
         packed, first = np.unique(pairs[:, 0] * n + pairs[:, 1], return_index=True)
         pairs, sims = np.stack([packed // n, packed % n], axis=1), sims[first]
-    keep, dup_of, similarity = keep_rule(n, rank, pairs, sims)
+    return pairs, sims, leaves
+
+
+def semantic_dedup(
+    x: np.ndarray,
+    rank: np.ndarray,
+    leaf: np.ndarray,
+    threshold: float,
+    max_leaf: int = 4096,
+    probe: int = 3,
+    margin: float = 0.1,
+) -> SemanticDedupResult:
+    """Semantic duplicates among n unit vectors ``x`` (n, d): the pairs of
+    ``similar_pairs``, then the module's keep rule with ``rank`` (n,) keep priority (lower
+    is kept first)."""
+    pairs, sims, leaves = similar_pairs(x, leaf, threshold, max_leaf, probe, margin)
+    keep, dup_of, similarity = keep_rule(len(x), np.asarray(rank), pairs, sims)
     return SemanticDedupResult(keep, dup_of, similarity, leaves)

@@ -11,6 +11,7 @@ and the in-memory verdict are all derived from ``STAGES``:
           → captions (job: where text_reject = ''; a captioner by name)
       → embed    (job: where dup_keep = TRUE; an embedder by spec, vectors to the store)
         → semantic (pass: embedded rows; semantic dedup within k-means leaves)
+          → review   (pass: clustered rows; reviewers' dropped clusters)
 
 A job is a krablet job (claimed row by row, parallel, resumable); a pass is an idempotent
 recomputation over the warehouse, safe to rerun after a crash. ``captions`` claims the same
@@ -241,6 +242,14 @@ STAGES: tuple[Stage, ...] = (
         run="krea2.curate.passes:semantic_pass",
         when=(("embedding", "is not", None),),
         reject=Reject("sem_kind"),
+    ),
+    Stage(
+        "review",
+        StageKind.PASS,
+        {"cluster_reject": "text"},  # cluster_review: in a cluster a reviewer dropped
+        run="krea2.curate.review:review_pass",
+        when=(("cluster", "is not", None),),
+        reject=Reject("cluster_reject"),
     ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

@@ -39,11 +39,14 @@ JobRunner = Callable[[Warehouse, Stage, type], Any]
 
 
 def open_warehouse(cluster: str | None) -> Warehouse:
-    """Open (and migrate) the warehouse holding the ``images`` table; ``cluster`` is a
+    """Open (and migrate) the warehouse holding the ``images`` table (and ``clusters``, the
+    k-means review queue, ``krea2.curate.review``); ``cluster`` is a
     cluster file or comma-separated DSNs (default: ``$KRABLET_CLUSTER``)."""
+    from krea2.curate.review import clusters_table
     from krea2.krablet import default_cluster_source
 
-    return Warehouse.open(default_cluster_source(cluster), tables=[images_table()])
+    tables = [images_table(), clusters_table()]
+    return Warehouse.open(default_cluster_source(cluster), tables=tables)
 
 
 def ingest_rows(wh: Warehouse, rows: Iterable[dict], batch: int = 5000) -> int:
@@ -73,15 +76,22 @@ def ingest(wh: Warehouse, source: Path, name: str | None = None, all_files: bool
     return ingest_rows(wh, list_source(source, name, all_files))
 
 
-def scan_all(wh: Warehouse, where: list, columns: list[str], page: int = 10_000) -> Iterator[dict]:
-    """Every row of the ``images`` table matching reader filters ``where``, page by page."""
+def scan_table(
+    wh: Warehouse, table: str, where: list, columns: list[str], page: int = 10_000
+) -> Iterator[dict]:
+    """Every row of ``table`` matching reader filters ``where``, page by page."""
     reader = wh.reader()
     cursor = None
     while True:
-        rows, cursor = reader.scan(TABLE, where=where, columns=columns, limit=page, cursor=cursor)
+        rows, cursor = reader.scan(table, where=where, columns=columns, limit=page, cursor=cursor)
         yield from rows
         if cursor is None:
             return
+
+
+def scan_all(wh: Warehouse, where: list, columns: list[str], page: int = 10_000) -> Iterator[dict]:
+    """Every row of the ``images`` table matching reader filters ``where``, page by page."""
+    return scan_table(wh, TABLE, where, columns, page)
 
 
 def read_rows(wh: Warehouse, columns: Sequence[str] | None = None) -> list[dict]:
