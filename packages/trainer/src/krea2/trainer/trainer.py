@@ -85,6 +85,15 @@ class Trainer:
             from krea2.infra.metrics import start_exporter
 
             self._exporter = start_exporter(cfg.observe.prometheus_port + self.env.rank)
+        from krea2.infra.stragglers import StragglerDetector
+        from krea2.infra.watchdog import HangWatchdog
+
+        # Slow ranks by their local (loader) time; a hang bundle of every rank's stacks
+        # when launched (KREA2_HANG_DIR), timed below the collective timeout.
+        self.stragglers = StragglerDetector(rank=self.env.rank, world=self.env.world)
+        self.watchdog = HangWatchdog.from_env(cfg.parallel.timeout_s, self.env.rank)
+        if self.watchdog is not None:
+            self.watchdog.start()
 
     def _done_marker(self, stage: StageConfig) -> Path:
         return self.run_dir / "checkpoints" / f"{stage.name}.done"
@@ -107,6 +116,8 @@ class Trainer:
         indexes = {i: self._indexes(i, s) for i, s in todo}
         for i, stage in todo:
             self.run_stage(i, stage, *indexes[i])
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self._exporter is not None:
             self._exporter.close()
 
@@ -188,6 +199,7 @@ class Trainer:
             restart = None
             t_prev, cpu_prev = time.perf_counter(), time.process_time()
             for batch in loader:
+                waited = time.perf_counter() - t_prev  # local: before any collective
                 step = batch["step"]
                 if step in run.state.skip:
                     log.warning("step %d: skipping batch marked bad by a rollback", step)
@@ -201,6 +213,9 @@ class Trainer:
                 out["step_time"] = now - t_prev  # wall seconds, data wait included
                 out["step_cpu_time"] = cpu_now - cpu_prev  # this process's CPU seconds
                 t_prev, cpu_prev = now, cpu_now
+                self.stragglers.record(waited)  # every rank; one all-gather per window
+                if self.watchdog is not None:
+                    self.watchdog.beat(step, {"loss": out["loss"], "step_time": out["step_time"]})
                 self.reports.step(stage, run.module.dit.cfg, step, out)
                 bar.update(step + 1, loss=f"{out['loss']:.4f}")
                 every = cfg.checkpoint.every
