@@ -71,6 +71,14 @@ def test_hang_timeout_fires_before_the_collective_timeout():
     assert hang_timeout(1800) == 1440 and hang_timeout(600, margin=0.5) == 300
 
 
+def test_a_launched_rank_gets_its_watchdog_from_the_environment(tmp_path):
+    assert HangWatchdog.from_env(600, rank=0, env={}) is None  # not launched: no watchdog
+    dog = HangWatchdog.from_env(600, rank=3, env={"KREA2_HANG_DIR": str(tmp_path)})
+    assert (dog.bundle_dir, dog.timeout_s, dog.rank) == (tmp_path, hang_timeout(600), 3)
+    env = {"KREA2_HANG_DIR": str(tmp_path), "KREA2_HANG_TIMEOUT_S": "90"}
+    assert HangWatchdog.from_env(600, rank=0, env=env).timeout_s == 90
+
+
 def test_env_for_the_bundle_keeps_the_distributed_variables_only():
     env = collect_env({"NCCL_DEBUG": "INFO", "TORCH_NCCL_BLOCKING_WAIT": "1", "HOME": "/root"})
     assert env == {"NCCL_DEBUG": "INFO", "TORCH_NCCL_BLOCKING_WAIT": "1"}

@@ -133,7 +133,11 @@ class StragglerDetector:
         self.last: StragglerReport | None = None
         labels = ("rank",)
         self._step_s = m.gauge(
-            "infra", "rank_step_seconds", "Median local step time per rank (s).", labels, "max"
+            "infra",
+            "rank_local_seconds",
+            "Median local (non-collective) time per step and rank (s).",
+            labels,
+            "max",
         )
         self._relative = m.gauge(
             "infra", "straggler_relative_score", "Job median / rank step time.", labels, "max"

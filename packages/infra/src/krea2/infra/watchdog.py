@@ -24,7 +24,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,24 @@ class HangWatchdog:
         self._thread: threading.Thread | None = None
         self._stacks: Any = None
         self._gauges = watchdog_metrics()
+
+    @classmethod
+    def from_env(
+        cls, collective_timeout_s: float, rank: int, env: Mapping[str, str] | None = None
+    ) -> HangWatchdog | None:
+        """The watchdog a launched rank runs, or None when ``KREA2_HANG_DIR`` is unset.
+
+        ``krea2 infra launch`` sets ``KREA2_HANG_DIR`` (the run's bundle directory) and
+        may set ``KREA2_HANG_TIMEOUT_S``; otherwise the timeout is
+        :func:`hang_timeout` of the run's collective timeout (``parallel.timeout_s``).
+        """
+        env = os.environ if env is None else env
+        folder = env.get("KREA2_HANG_DIR")
+        if not folder:
+            return None
+        timeout = env.get("KREA2_HANG_TIMEOUT_S")
+        timeout_s = float(timeout) if timeout else hang_timeout(collective_timeout_s)
+        return cls(Path(folder), timeout_s, rank=rank)
 
     @property
     def stacks_path(self) -> Path:
