@@ -29,6 +29,7 @@ _SUBMODULES = (
     "gpu",  # NVML needs the gpu extra
     "fabric",
     "alerts",
+    "snapshot",
     "telemetry",
     "stragglers",
     "watchdog",
@@ -86,7 +87,7 @@ _NAME_TO_MODULE = {
     "read_ib_ports": "fabric",
     "Alert": "alerts",
     "TelemetryCollector": "telemetry",
-    "TelemetryConfig": "telemetry",
+    "TelemetryConfig": "snapshot",
     "StragglerConfig": "stragglers",
     "StragglerDetector": "stragglers",
     "StragglerReport": "stragglers",

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from krea2.infra.fabric import ERROR_COUNTERS
-
-if TYPE_CHECKING:
-    from krea2.infra.telemetry import Snapshot, TelemetryConfig
+from krea2.infra.snapshot import Snapshot, TelemetryConfig
 
 WARNING, CRITICAL = "warning", "critical"
 # XIDs seen on training nodes and what they name (NVIDIA's XID catalog, abridged).

@@ -14,33 +14,20 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from krea2.infra import metrics as m
 from krea2.infra.alerts import Alert, evaluate
-from krea2.infra.fabric import SYSFS_ROOT, IbPort, read_ib_ports
-from krea2.infra.gpu import THROTTLE_REASONS, GpuReading, NvmlReader
+from krea2.infra.fabric import read_ib_ports
+from krea2.infra.gpu import THROTTLE_REASONS, NvmlReader
 from krea2.infra.logging import get_logger
+from krea2.infra.snapshot import Snapshot, TelemetryConfig
 
 log = get_logger("infra.telemetry")
 PKG = "infra"
 GPU = ("node", "pod", "rank", "gpu")
 PORT = ("node", "pod", "device", "port")
-
-
-@dataclass
-class TelemetryConfig:
-    """Alert thresholds and where to read. Temperatures in °C, sizes in bytes."""
-
-    throttle_warning_c: float = 75.0  # the report: instability above 75-78 °C
-    pcie_replay_burst: int = 100  # replays in one window on one GPU
-    fb_stuck_bytes: int = 6 * 2**30  # a GPU stuck near 5 GiB ...
-    fb_busy_bytes: int = 40 * 2**30  # ... while its neighbours filled up
-    sysfs_root: Path = SYSFS_ROOT
-    devices: list[int] | None = None  # GPU indices to read; None: all (a DaemonSet)
-    interval_s: float = 15.0  # scrape window of the background loop
 
 
 @dataclass
@@ -60,24 +47,6 @@ class Identity:
             pod=env.get("POD_NAME") or env.get("HOSTNAME", ""),
             rank=env.get("RANK", ""),
         )
-
-
-@dataclass
-class Snapshot:
-    """One scrape: readings plus how much each cumulative counter grew since the last."""
-
-    gpus: list[GpuReading]
-    ib_ports: list[IbPort]
-    gpu_absent_reason: str | None
-    first: bool  # no earlier snapshot: increases are totals since the counters were cleared
-    increases: dict[tuple, int] = field(default_factory=dict)
-
-    def increase(self, key: tuple) -> int:
-        return self.increases.get(key, 0)
-
-    @property
-    def window_text(self) -> str:
-        return "since the counters were last cleared" if self.first else "in this window"
 
 
 def _gpu_metrics() -> dict[str, Any]:
