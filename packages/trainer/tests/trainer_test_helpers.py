@@ -78,3 +78,52 @@ def ranks(nproc: int, config: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
+
+
+def lora_job_toml(
+    run_dir: Path,
+    release: Path,
+    shards: dict[str, Path],
+    steps: int = 6,
+    extra: str = "",
+    stage_extra: str = "",
+) -> str:
+    """A LoRA stage on a tiny release-shaped model folder (``krea2.dit.testing``'s: Qwen3-VL
+    taps, Qwen-Image VAE, 12-tap DiT of width 32), built on meta, batch 4, 1 thread."""
+    return f"""
+run_dir = "{run_dir}"
+seed = 0
+[model]
+name = "tiny"
+autoencoder = "qwen-image:{release / "vae"}"
+init_device = "meta"
+[model.overrides]
+text_taps = 12
+latent_channels = 16
+[text]
+encoder = "qwen3-vl:{release / "text_encoder"}"
+max_tokens = 16
+[parallel]
+threads = 1
+deterministic = true
+[data]
+workers = 0
+[checkpoint]
+every = 2
+keep_last = 10
+[stability]
+warmup_steps = 1000
+{extra}
+[[stages]]
+name = "lora"
+data = ["{shards["train"]}"]
+steps = {steps}
+batch_size = 4
+init_from = "{release}"
+{stage_extra}
+[stages.lora]
+rank = 4
+alpha = 8
+[stages.schedule]
+warmup_steps = 1
+"""

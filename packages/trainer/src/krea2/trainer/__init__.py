@@ -19,6 +19,7 @@ _MODULE_OF = {
     "ScheduleConfig": "config",
     "ParallelConfig": "config",
     "IrepaConfig": "config",
+    "LoraConfig": "config",
     "StageConfig": "config",
     "CheckpointConfig": "config",
     "StabilityConfig": "config",
@@ -61,6 +62,10 @@ _MODULE_OF = {
     "average": "merge",
     "pma_from_run": "merge",
     "merge_to_file": "merge",
+    # LoRA adapters out (diffusers, ComfyUI, merged)
+    "AdapterFormat": "adapters",
+    "export_adapter": "adapters",
+    "read_adapter": "adapters",
     # data, planning and test fixtures
     "ShardIndex": "data",
     "Layout": "projection",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -107,12 +106,6 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     meta = cfg.model.init_device is InitDevice.META or (
         cfg.model.init_device is InitDevice.AUTO and param_count(dcfg) > 2_000_000_000
     )
-    weights_file = stage.init_from not in ("previous", "none") and Path(stage.init_from).is_file()
-    if weights_file and meta:
-        raise UserError(
-            f"stage {stage.name!r}: init_from a weights file needs model.init_device = 'cpu'; "
-            "for meta init pass a checkpoint directory (DCP reshards it)"
-        )
     torch.manual_seed(cfg.seed)
     with torch.device("meta") if meta else contextlib.nullcontext():
         dit = Krea2DiT(dcfg)
@@ -120,10 +113,15 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     head = None
     if stage.irepa.steps > 0:
         head = IrepaHead(dcfg.width, irepa_encoder_dim(stage))
-    if weights_file and not meta:
-        from krea2.dit.weights import load_weights
+    if stage.lora.enabled:
+        # Adapters go in before sharding, so each block's FSDP unit holds its adapters;
+        # the base (and the text conditioner) stay frozen. Base weights are loaded later
+        # (krea2.trainer.warmstart), also on resume: checkpoints hold only the adapters.
+        from krea2.trainer.lora import apply_lora
 
-        load_weights(dit, stage.init_from)
+        targets = apply_lora(dit, stage.lora)
+        text.requires_grad_(False)
+        log.info("stage %s: LoRA rank %d on %d Linears", stage.name, stage.lora.rank, len(targets))
     dtype = getattr(torch, cfg.model.dtype.value)
     if not env.distributed and not meta:
         dit.to(dtype)
@@ -157,6 +155,10 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         torch.manual_seed(cfg.seed)
         with torch.no_grad():
             dit.init_weights()
+            if stage.lora.enabled:
+                from krea2.trainer.lora import reset_lora
+
+                reset_lora(dit)  # init_weights gave the adapters' Linears their default init
         if not env.distributed:
             dit.to(dtype)
     return module

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import enum
 import functools
+import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -236,6 +237,43 @@ class IrepaConfig:
     encoder_dim: int = 64
 
 
+# Every single-stream block's attention projections (gate included) and SwiGLU matrices,
+# as a regex over the DiT's module names (full match; the released key names).
+DEFAULT_LORA_TARGETS = r"blocks\.\d+\.(attn\.(wq|wk|wv|gate|wo)|mlp\.(gate|up|down))"
+
+
+@dataclass
+class LoraConfig:
+    """A stage that trains LoRA adapters (through ``peft``) on a frozen DiT; ``rank = 0``:
+    the stage trains the full model. The update of a target Linear W is
+    ``(alpha / rank) * B @ A``, A [rank, in] (Kaiming), B [out, rank] (zeros)."""
+
+    rank: int = 0
+    alpha: float | None = None  # None: alpha = rank (scale 1)
+    dropout: float = 0.0  # on the adapter's input, drawn from the checkpointed torch RNG
+    targets: str = DEFAULT_LORA_TARGETS  # regex (full match) over the DiT's module names
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ValueError(f"lora.rank={self.rank} must be >= 0 (0: full fine-tuning)")
+        if self.alpha is not None and self.alpha <= 0:
+            raise ValueError(f"lora.alpha={self.alpha} must be positive")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"lora.dropout={self.dropout} must be in [0, 1)")
+        try:
+            re.compile(self.targets)
+        except re.error as e:
+            raise ValueError(f"lora.targets={self.targets!r} is not a regex: {e}") from e
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        return (self.alpha if self.alpha is not None else self.rank) / max(self.rank, 1)
+
+
 @dataclass
 class StageConfig:
     """One training stage; a recipe is a list of these run in order."""
@@ -261,7 +299,11 @@ class StageConfig:
     float8: Float8Recipe = Float8Recipe.NONE
     float8_emulate: bool = False  # torchao's emulation (CPU tests only)
     irepa: IrepaConfig = field(default_factory=IrepaConfig)
-    init_from: str = "previous"  # "previous" stage, "none", or a weights path
+    # "previous" stage, "none", a checkpoint directory (DCP), or released weights: a native
+    # .safetensors, a diffusers transformer folder or a whole model folder (krea2.dit's
+    # readers); released weights must match the model config (one error names the fields).
+    init_from: str = "previous"
+    lora: LoraConfig = field(default_factory=LoraConfig)
     shuffle: bool = True
     # DiT patch for this stage (None: the model config's). A stage that starts from a stage
     # with another patch gets the patch embedding and final projection resized

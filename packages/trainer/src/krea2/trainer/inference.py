@@ -61,9 +61,14 @@ def load_stage_module(
     import torch.distributed.checkpoint.state_dict as sd
 
     from krea2.infra.checkpoint import CheckpointManager
+    from krea2.trainer.lora import checkpoint_options
+    from krea2.trainer.warmstart import warm_start
 
     stage = job.stages[stage_index]
-    module = build_module(job, stage, init_distributed(job))
+    env = init_distributed(job)
+    module = build_module(job, stage, env)
+    if stage.lora.enabled:  # the frozen base: its checkpoints hold only the adapters
+        warm_start(job, stage_index, module, env.distributed)
     if trained:
         root = stage_root(job, stage)
         steps = checkpoint_steps(job, stage_index)
@@ -78,9 +83,10 @@ def load_stage_module(
                 f"stage {stage.name!r} has no complete checkpoint of step {step} under {root}; "
                 f"its checkpoints are steps {steps}"
             )
-        state = {"model": sd.get_model_state_dict(module)}
+        options = checkpoint_options(module)
+        state = {"model": sd.get_model_state_dict(module, options=options)}
         CheckpointManager(root).load(state, step=step)
-        sd.set_model_state_dict(module, state["model"])
+        sd.set_model_state_dict(module, state["model"], options=options)
     return module.eval()
 
 

@@ -36,6 +36,7 @@ from krea2.trainer.cache import LatentCache
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
+from krea2.trainer.lora import checkpoint_options
 from krea2.trainer.observe import MetricsLog
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
@@ -122,15 +123,17 @@ class Trainer:
             self._exporter.close()
 
     def _state(self, module: TrainModule, optimizers: list) -> dict[str, Any]:
+        """What a checkpoint holds: the trainable weights' state (a LoRA stage's frozen base
+        is left out: it is its init_from, reloaded on resume) and the optimizers'."""
         return {
-            "model": get_model_state_dict(module),
+            "model": get_model_state_dict(module, options=checkpoint_options(module)),
             "optim": get_optimizer_state_dict(module, optimizers),
         }
 
     def _load_state(self, mgr: CheckpointManager, module, optimizers, step=None) -> dict:
         state = self._state(module, optimizers)
         extra = mgr.load(state, step=step)
-        set_model_state_dict(module, state["model"])
+        set_model_state_dict(module, state["model"], options=checkpoint_options(module))
         set_optimizer_state_dict(module, optimizers, state["optim"])
         return extra
 
@@ -265,13 +268,15 @@ class Trainer:
             ),
             detector=SpikeDetector(cfg.stability),
         )
+        if stage.lora.enabled:  # the frozen base, which checkpoints do not hold
+            warm_start(cfg, i, module, env.distributed)
         extra = self._resume_from_checkpoint(run) if self.resume else None
         if extra is not None:
             run.state = StageState(extra["step"] + 1, extra["skip"], extra["stability"])
             run.detector.load_state_dict(extra["stability"])
             restore_rng_state(extra["rng"])
             log.info("resumed stage %s at step %d", stage.name, run.state.step)
-        else:
+        elif not stage.lora.enabled:
             warm_start(cfg, i, module, env.distributed)
         if stage.irepa.steps > run.state.step:
             from krea2.trainer.irepa import build_encoder

@@ -92,6 +92,28 @@ def _check_stage(
             )
     if stage.init_from not in ("previous", "none") and not Path(stage.init_from).exists():
         raise UserError(f"{where}: init_from={stage.init_from!r} does not exist")
+    if stage.lora.enabled:
+        _check_lora_stage(cfg, stage, index, where)
+
+
+def _check_lora_stage(cfg: JobConfig, stage: StageConfig, index: int, where: str) -> None:
+    """What a LoRA stage cannot combine with: peft wraps the target Linears, which TP's
+    plan and float8's conversion expect plain, and its base must come from somewhere."""
+    if cfg.parallel.tp > 1:
+        raise UserError(
+            f"{where}: LoRA runs under FSDP only (the adapters wrap the Linears that tensor "
+            "parallelism shards); set parallel.tp = 1 and shard the frozen base over dp"
+        )
+    if stage.float8 is not Float8Recipe.NONE:
+        raise UserError(
+            f"{where}: float8 training converts the Linears LoRA wraps; set "
+            f"stages[{index}].float8 = 'none'"
+        )
+    if stage.init_from == "none" or (stage.init_from == "previous" and index == 0):
+        raise UserError(
+            f"{where}: LoRA trains adapters on a frozen base, but the stage starts from random "
+            f"weights; set stages[{index}].init_from to released weights or a checkpoint"
+        )
 
 
 def autoencoder_spec(model: ModelConfig) -> str:

@@ -1,5 +1,7 @@
-"""Start a stage from earlier weights: the previous stage's newest checkpoint or a checkpoint
-directory, with the pixel layers resized when the stage changes the DiT's patch."""
+"""Start a stage from earlier weights: the previous stage's newest checkpoint, a checkpoint
+directory (pixel layers resized when the stage changes the DiT's patch), or released
+weights (native or diffusers, read by ``krea2.dit``), into a module that may carry LoRA
+adapters and may be sharded."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.trainer.build import TrainModule, dit_config
 from krea2.trainer.config import JobConfig
+from krea2.trainer.lora import base_names
+from krea2.trainer.release_init import load_release_weights, release_source
 
 log = get_logger("trainer")
 
@@ -36,27 +40,44 @@ def _like(value: torch.Tensor, target) -> torch.Tensor:
 
 
 def _source(cfg: JobConfig, i: int) -> tuple[Path, int] | None:
-    """Where ``cfg.stages[i]`` starts from and that source's patch (the previous stage's,
-    else the model config's: a weights directory is assumed to be of the job's model)."""
+    """Where ``cfg.stages[i]`` starts from (a checkpoint directory) and that source's patch
+    (the previous stage's, else the model config's: a weights directory is assumed to be
+    of the job's model); None for the seeded init or released weights."""
     stage = cfg.stages[i]
     if stage.init_from == "previous" and i > 0:
         prev = cfg.stages[i - 1]
+        if prev.lora.enabled and stage.lora.enabled:
+            raise UserError(
+                f"stage {stage.name!r} trains LoRA on the previous stage {prev.name!r}, which "
+                "holds only adapters; merge them first (krea2 train export-lora --format "
+                "krea-merged) and start from that file"
+            )
         return stage_checkpoints(cfg.run_dir, prev.name), dit_config(cfg, prev).patch
-    if stage.init_from not in ("previous", "none") and Path(stage.init_from).is_dir():
+    if stage.init_from not in ("previous", "none") and release_source(stage.init_from) is None:
         return Path(stage.init_from), dit_config(cfg).patch
-    return None  # the seeded init, or a weights file (loaded when the module is built)
+    return None
 
 
 def warm_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -> None:
     """Load the weights ``cfg.stages[i]`` starts from into ``module`` (DiT and text; not the
-    iREPA head), resized to the stage's patch; nothing when the stage starts fresh."""
+    iREPA head or LoRA adapters), resized to the stage's patch; nothing when the stage
+    starts fresh. Released weights are read on rank 0 and scattered shard by shard."""
     stage = cfg.stages[i]
+    if stage.init_from not in ("previous", "none"):
+        weights = release_source(stage.init_from)
+        if weights is not None:
+            load_release_weights(module, weights, distributed, f"stage {stage.name!r} init_from")
+            log.info("stage %s starts from released weights %s", stage.name, weights)
+            return
     found = _source(cfg, i)
     if found is None:
         return
     source, source_patch = found
     full = get_model_state_dict(module)
-    wanted = {k: v for k, v in full.items() if not k.startswith("irepa.")}
+    # Checkpoints name the base in released terms; adapters (peft) rename the Linears
+    # they wrap, so load under the released names and map back after.
+    names = base_names(k for k in full if not k.startswith("irepa."))
+    wanted = {k: full[m] for k, m in names.items()}
     patch = module.dit.cfg.patch
     channels = module.dit.cfg.latent_channels
     if source_patch != patch:  # load the source's shapes, then resize them to this stage's
@@ -78,5 +99,6 @@ def warm_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -
         for key in shapes_at_patch(full, patch, channels, "dit."):
             wanted[key] = _like(resized[key], full[key])
         log.info("stage %s: patch %d -> %d, pixel layers resized", stage.name, source_patch, patch)
+    wanted = {names[k]: v for k, v in wanted.items()}
     set_model_state_dict(module, wanted, options=StateDictOptions(strict=False))
     log.info("stage %s starts from %s", stage.name, source)

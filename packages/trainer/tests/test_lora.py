@@ -1,0 +1,190 @@
+"""LoRA stages on a tiny release-shaped model folder: adapters are all a checkpoint holds,
+the base stays the released weights, and a resumed run repeats the uninterrupted one
+bit for bit (in process here; 2 gloo ranks killed with SIGKILL in the slow test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from trainer_test_helpers import lora_job_toml, ranks
+
+from krea2.dit.testing import write_tiny_model_folder
+from krea2.dit.weights import read_checkpoint
+from krea2.trainer.cli import run_job
+from krea2.trainer.config import load_job
+from krea2.trainer.inference import load_stage_module
+from krea2.trainer.merge import _load_source, _tensor_keys
+from krea2.trainer.observe import read_metrics
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    torch.set_num_threads(1)
+    return write_tiny_model_folder(tmp_path_factory.mktemp("release") / "model")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, release, shards) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("lora")
+    config = root / "job.toml"
+    # a high learning rate, so 4 steps move the adapters far enough to change images
+    config.write_text(lora_job_toml(root / "run", release, shards, STEPS, "[optimizer]\nlr = 0.05"))
+    run_job(config, [], resume=False)
+    return config, root / "run"
+
+
+def _step_dir(run: Path, step: int) -> Path:
+    return run / "checkpoints" / "lora" / f"step-{step:09d}"
+
+
+def _model_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
+    meta = _tensor_keys(step_dir, "model.")
+    return _load_source(step_dir, sorted(meta), meta)
+
+
+def _train_rows(run: Path) -> list[tuple]:
+    rows = read_metrics(run / "metrics.jsonl")
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in rows if r["kind"] == "train"]
+
+
+def test_a_lora_checkpoint_holds_only_the_adapters(trained):
+    _, run = trained
+    keys = sorted(_tensor_keys(_step_dir(run, STEPS - 1), "model."))
+    # 2 blocks x (wq, wk, wv, gate, wo, gate, up, down) x (A, B)
+    assert len(keys) == 2 * 8 * 2
+    assert all(".lora_A." in k or ".lora_B." in k for k in keys)
+    tensors = _model_tensors(_step_dir(run, STEPS - 1))
+    # B starts at zero: the adapters did train
+    assert tensors["model.dit.blocks.0.attn.wq.lora_B.default.weight"].abs().max() > 0
+
+
+def test_the_base_stays_the_released_weights(trained, release):
+    config, _ = trained
+    module = load_stage_module(load_job(config), 0)
+    want, _ = read_checkpoint(release / "transformer")
+    got = {k.replace(".base_layer.", "."): v for k, v in module.dit.state_dict().items()}
+    for key, value in want.items():
+        assert torch.equal(got[key], value.to(got[key].dtype)), key
+
+
+def test_resuming_an_earlier_checkpoint_repeats_the_run_bit_for_bit(trained, tmp_path):
+    config, run = trained
+    again = tmp_path / "run"
+    shutil.copytree(run, again)
+    (again / "checkpoints" / "lora.done").unlink()
+    shutil.rmtree(_step_dir(again, STEPS - 1))
+    rows = [json.loads(x) for x in (again / "metrics.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if r.get("kind") != "train" or r["step"] < 2]
+    (again / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    run_job(config, [f"run_dir={again}"], resume=True)
+    assert _train_rows(again) == _train_rows(run)
+    a, b = _model_tensors(_step_dir(run, STEPS - 1)), _model_tensors(_step_dir(again, STEPS - 1))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _kill_at(proc, run: Path, step: int, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (run / "metrics.jsonl").exists() and any(s >= step for s, *_ in _train_rows(run)):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return
+        assert proc.poll() is None, f"ended before step {step}:\n{proc.communicate()[0][-3000:]}"
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} never came")
+
+
+@pytest.mark.slow
+def test_lora_on_two_fsdp_ranks_resumes_bit_exactly_after_sigkill(release, shards, tmp_path):
+    """The frozen base sharded over 2 gloo ranks (meta build, rank 0 reads the release),
+    killed mid-run with SIGKILL, resumed: losses, grad norms and adapters equal bit for bit."""
+    steps = 8
+    runs = {}
+    for name in ("straight", "killed"):
+        config = tmp_path / f"{name}.toml"
+        config.write_text(lora_job_toml(tmp_path / name, release, shards, steps))
+        runs[name] = config
+    out, _ = (p := ranks(2, runs["straight"])).communicate(timeout=600)
+    assert p.returncode == 0, out[-3000:]
+    _kill_at(ranks(2, runs["killed"]), tmp_path / "killed", 4)
+    out, _ = (p := ranks(2, runs["killed"], "--resume")).communicate(timeout=600)
+    assert p.returncode == 0, out[-3000:]
+    assert "resumed stage lora at step" in out
+    assert _train_rows(tmp_path / "killed") == _train_rows(tmp_path / "straight")
+    a = _model_tensors(_step_dir(tmp_path / "straight", steps - 1))
+    b = _model_tensors(_step_dir(tmp_path / "killed", steps - 1))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert FileSystemReader(_step_dir(tmp_path / "killed", steps - 1)).read_metadata()
+
+
+def _pipeline(release: Path):
+    """diffusers' Krea2Pipeline from the tiny folder's parts, in float32."""
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        Krea2Pipeline,
+        Krea2Transformer2DModel,
+    )
+    from transformers import AutoTokenizer, Qwen3VLModel
+
+    return Krea2Pipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler.from_pretrained(release / "scheduler"),
+        vae=AutoencoderKLQwenImage.from_pretrained(release / "vae"),
+        text_encoder=Qwen3VLModel.from_pretrained(release / "text_encoder"),
+        tokenizer=AutoTokenizer.from_pretrained(release / "tokenizer"),
+        transformer=Krea2Transformer2DModel.from_pretrained(release / "transformer"),
+    ).to(torch.float32)
+
+
+def test_the_diffusers_adapter_in_krea2pipeline_gives_our_sampler_s_images(
+    trained, release, tmp_path
+):
+    """diffusers' Krea2Pipeline with the exported adapter (load_lora_weights) against our
+    sampler on the trained module (peft layers, alpha/rank 2): same noise, prompt, steps,
+    CFG and resolution shift; images equal to float tolerance."""
+    from krea2.dit.generation import generate
+    from krea2.dit.patches import patchify
+    from krea2.dit.sampler import seeded_noise
+    from krea2.dit.text import TextEncoder
+    from krea2.dit.vae import QwenImageVAE
+    from krea2.trainer.adapters import export_adapter
+
+    config, run = trained
+    job = load_job(config)
+    adapter = export_adapter(job, 0, _step_dir(run, STEPS - 1), tmp_path / "lora", "diffusers")
+    module = load_stage_module(job, 0)
+    encoder = TextEncoder.from_pretrained(release, max_length=16, dtype=torch.float32)
+    ae = QwenImageVAE.from_pretrained(release / "vae", dtype=torch.float32)
+    prompts, side, steps, cfg = ["a red circle in the top left cell"], 32, 3, 2.0
+    with torch.no_grad():
+        ours = generate(module.dit, encoder, ae, prompts, side, side, steps=steps, cfg=cfg)
+    pipe = _pipeline(release)
+    pipe.load_lora_weights(adapter.parent, weight_name=adapter.name)
+    noise = seeded_noise([0], (16, side // 4, side // 4), torch.float32, torch.device("cpu"))
+    theirs = pipe(
+        prompts,
+        height=side,
+        width=side,
+        num_inference_steps=steps,
+        guidance_scale=cfg,
+        latents=patchify(noise, 2),
+        output_type="pt",
+        max_sequence_length=16,
+    ).images
+    torch.testing.assert_close(theirs, (ours / 2 + 0.5).clamp(0, 1), atol=2e-4, rtol=0)
+    pipe.unload_lora_weights()
+    base = pipe(
+        prompts, height=side, width=side, num_inference_steps=steps, guidance_scale=cfg,
+        latents=patchify(noise, 2), output_type="pt", max_sequence_length=16,
+    ).images  # fmt: skip
+    assert (base - theirs).abs().max() > 1e-2  # the adapter changes the images
