@@ -188,3 +188,73 @@ def test_the_diffusers_adapter_in_krea2pipeline_gives_our_sampler_s_images(
         latents=patchify(noise, 2), output_type="pt", max_sequence_length=16,
     ).images  # fmt: skip
     assert (base - theirs).abs().max() > 1e-2  # the adapter changes the images
+
+
+def test_the_comfyui_layout_names_released_modules_with_their_alpha(trained, tmp_path):
+    from safetensors.torch import load_file
+
+    from krea2.trainer.adapters import export_adapter
+
+    config, run = trained
+    out = export_adapter(
+        load_job(config), 0, _step_dir(run, STEPS - 1), tmp_path / "c.safetensors", "comfyui"
+    )
+    sd = load_file(out)
+    assert sd["diffusion_model.blocks.1.mlp.down.alpha"].item() == 8.0
+    assert sd["diffusion_model.blocks.1.mlp.down.lora_A.weight"].shape == (4, 64)
+    assert sd["diffusion_model.blocks.1.mlp.down.lora_B.weight"].shape == (32, 4)
+    assert len(sd) == 16 * 3
+
+
+@pytest.mark.parametrize("fmt", ["krea-merged", "diffusers-merged"])
+def test_a_merged_adapter_gives_the_adapted_model_s_velocity(trained, tmp_path, fmt):
+    from krea2.dit.testing import make_inputs
+    from krea2.dit.weights import from_pretrained
+    from krea2.trainer.adapters import export_adapter
+
+    config, run = trained
+    job = load_job(config)
+    name = "m.safetensors" if fmt == "krea-merged" else "m"
+    out = export_adapter(job, 0, _step_dir(run, STEPS - 1), tmp_path / name, fmt)
+    merged = from_pretrained(out, dtype=torch.float32)
+    adapted = load_stage_module(job, 0).dit
+    img, txt, t, pos, mask = make_inputs(merged.cfg)
+    with torch.no_grad():
+        want, got = adapted(img, txt, t, pos, mask), merged(img, txt, t, pos, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_released_weights_of_another_shape_are_refused_naming_the_fields(release, shards, tmp_path):
+    from krea2.infra.errors import UserError
+    from krea2.trainer.build import build_module
+    from krea2.trainer.distributed import init_distributed
+    from krea2.trainer.warmstart import warm_start
+
+    config = tmp_path / "job.toml"
+    config.write_text(lora_job_toml(tmp_path / "run", release, shards, 2))
+    job = load_job(config, ["model.overrides.depth=3", "model.overrides.width=64"])
+    module = build_module(job, job.stages[0], init_distributed(job))
+    with pytest.raises(UserError, match=r"width 32 \(config: 64\), depth 2 \(config: 3\)"):
+        warm_start(job, 0, module, distributed=False)
+
+
+@pytest.mark.parametrize("where", ["native", "transformer"])
+def test_native_and_diffusers_releases_load_the_same_weights(release, shards, tmp_path, where):
+    """A full fine-tuning stage (no LoRA) from a native release file or a diffusers
+    transformer folder starts at the same tensors as the diffusers model folder."""
+    from krea2.dit.weights import save_weights
+    from krea2.trainer.build import build_module
+    from krea2.trainer.distributed import init_distributed
+    from krea2.trainer.warmstart import warm_start
+
+    want, cfg = read_checkpoint(release / "transformer")
+    source = release / "transformer"
+    if where == "native":
+        source = save_weights(want, tmp_path / "krea2-tiny.safetensors", config=cfg)
+    config = tmp_path / "job.toml"
+    config.write_text(lora_job_toml(tmp_path / "run", release, shards, 2))
+    job = load_job(config, ["stages.0.lora.rank=0", f"stages.0.init_from={source}"])
+    module = build_module(job, job.stages[0], init_distributed(job))
+    warm_start(job, 0, module, distributed=False)
+    got = module.dit.state_dict()
+    assert all(torch.equal(got[k], v.to(got[k].dtype)) for k, v in want.items())
