@@ -64,6 +64,8 @@ def test_a_lora_checkpoint_holds_only_the_adapters(trained):
     assert len(keys) == 2 * 8 * 2
     assert all(".lora_A." in k or ".lora_B." in k for k in keys)
     tensors = _model_tensors(_step_dir(run, STEPS - 1))
+    assert (run / "adapters" / "lora" / "pytorch_lora_weights.safetensors").is_file()
+    assert (run / "adapters" / "lora" / "comfyui.safetensors").is_file()
     # B starts at zero: the adapters did train
     assert tensors["model.dit.blocks.0.attn.wq.lora_B.default.weight"].abs().max() > 0
 
@@ -258,3 +260,19 @@ def test_native_and_diffusers_releases_load_the_same_weights(release, shards, tm
     warm_start(job, 0, module, distributed=False)
     got = module.dit.state_dict()
     assert all(torch.equal(got[k], v.to(got[k].dtype)) for k, v in want.items())
+
+
+def test_export_lora_writes_what_the_stage_end_wrote(trained, tmp_path):
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from krea2.trainer.cli import app
+
+    _, run = trained
+    out = tmp_path / "c.safetensors"
+    args = ["export-lora", str(run), "--format", "comfyui", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    want = load_file(run / "adapters" / "lora" / "comfyui.safetensors")
+    got = load_file(out)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)

@@ -143,3 +143,41 @@ def export_adapter(
     kind = "krea" if fmt is AdapterFormat.KREA_MERGED else "diffusers"
     cfg, record = dit_config(job, stage), conditioning_record(job, stage)
     return save_weights(merged, out, format=kind, config=cfg, conditioning=record)
+
+
+def export_run_adapter(
+    run_dir: Path,
+    out: Path,
+    fmt: AdapterFormat | str,
+    stage: str | None = None,
+    step: int | None = None,
+    base: Path | None = None,
+) -> Path:
+    """:func:`export_adapter` for a run directory (its saved config.toml): the checkpoint
+    of ``step`` (None: the newest) of LoRA stage ``stage`` (None: the last with one)."""
+    from krea2.trainer.inference import checkpoint_steps, load_run, pick_stage, stage_root
+
+    job = load_run(run_dir)
+    index = pick_stage(job, stage)
+    steps = checkpoint_steps(job, index)
+    if not steps or (step is not None and step not in steps):
+        raise UserError(
+            f"stage {job.stages[index].name!r} has no complete checkpoint"
+            + (f" of step {step}" if step is not None else "")
+            + f"; its checkpoints: {steps}"
+        )
+    from krea2.infra.checkpoint import CheckpointManager
+
+    root = stage_root(job, job.stages[index])
+    step_dir = CheckpointManager(root).path_of(step if step is not None else steps[-1])
+    return export_adapter(job, index, step_dir, out, fmt, base)
+
+
+def write_stage_adapters(job: JobConfig, stage_index: int, step_dir: Path) -> list[Path]:
+    """At a LoRA stage's end: its adapter in the diffusers and ComfyUI layouts under
+    ``run_dir/adapters/<stage>/`` (what users load; merged weights are on request)."""
+    root = Path(job.run_dir) / "adapters" / job.stages[stage_index].name
+    return [
+        export_adapter(job, stage_index, step_dir, root, AdapterFormat.DIFFUSERS),
+        export_adapter(job, stage_index, step_dir, root / "comfyui.safetensors", "comfyui"),
+    ]

@@ -154,6 +154,39 @@ def merge(
     typer.echo(f"merged {len(sources)} checkpoints into {out}")
 
 
+@app.command("export-lora")
+def export_lora(
+    run_dir: Path = typer.Argument(..., help="a run directory of krea2 train (holds config.toml)"),
+    out: Path = typer.Option(..., "--out", help="output folder (diffusers) or file"),
+    fmt: str = typer.Option(
+        "diffusers",
+        "--format",
+        help="diffusers | comfyui | krea-merged (.safetensors) | diffusers-merged (folder)",
+    ),
+    stage: str = typer.Option(None, "--stage", help="LoRA stage (default: the last one)"),
+    step: str = typer.Option("latest", "--step", help="checkpoint step, or latest"),
+    base: Path = typer.Option(
+        None, "--base", help="merged formats: the base weights (default: the stage's init_from)"
+    ),
+) -> None:
+    """Write a LoRA stage's adapter for diffusers (Krea2Pipeline.load_lora_weights), ComfyUI,
+    or merged into its base as released-key or diffusers weights.
+
+    Example: krea2 train export-lora runs/lora --format diffusers --out lora/
+    """
+    from krea2.infra.errors import UserError
+    from krea2.trainer.adapters import AdapterFormat, export_run_adapter
+
+    choices = [f.value for f in AdapterFormat]
+    if fmt not in choices:
+        raise UserError(f"--format {fmt!r} is not one of {choices}")
+    if step != "latest" and not step.isdigit():
+        raise UserError(f"--step {step!r} must be a checkpoint step number or 'latest'")
+    at = None if step == "latest" else int(step)
+    path = export_run_adapter(run_dir, out, fmt, stage, at, base)
+    typer.echo(f"wrote {path}")
+
+
 @app.command()
 def sample(
     run_dir: Path = typer.Argument(..., help="a run directory of krea2 train (holds config.toml)"),

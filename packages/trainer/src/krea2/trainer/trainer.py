@@ -179,6 +179,12 @@ class Trainer:
             self._save(run, stage.steps - 1, sync=True)
         self.reports.finish(stage, run.module, eval_index)
         if self.env.is_main:
+            if stage.lora.enabled:
+                from krea2.trainer.adapters import write_stage_adapters
+
+                final = run.checkpoints.path_of(stage.steps - 1)
+                for path in write_stage_adapters(self.cfg, i, final):
+                    log.info("stage %s: adapter written to %s", stage.name, path)
             self._done_marker(stage).write_text(f"{stage.steps}\n")
         if self.env.distributed:
             torch.distributed.barrier()
