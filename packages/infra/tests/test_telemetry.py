@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pynvml
@@ -17,7 +18,12 @@ from krea2.infra.cli import app
 from krea2.infra.extras import MissingExtraError
 from krea2.infra.fabric import read_ib_ports
 from krea2.infra.gpu import NvmlReader
-from krea2.infra.telemetry import Identity, TelemetryCollector, TelemetryConfig
+from krea2.infra.telemetry import (
+    Identity,
+    TelemetryCollector,
+    TelemetryConfig,
+    start_rank_telemetry,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))  # the fake NVML, under importlib mode
 from fake_nvml import FakeGpu, FakeNvml
@@ -199,3 +205,26 @@ def test_a_missing_gpu_extra_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     with pytest.raises(MissingExtraError, match=r"krea2-infra\[gpu\]"):
         NvmlReader()
+
+
+def test_a_launched_rank_exports_its_own_gpu_with_its_pod_and_rank():
+    env = {"KREA2_TELEMETRY_INTERVAL_S": "3600", "NODE_NAME": "n9", "POD_NAME": "job-0-1"}
+    env["RANK"] = "9"
+    collector = start_rank_telemetry(1, env, nvml=FakeNvml([FakeGpu(), hot_and_faulty()]))
+    try:
+        assert collector.config.devices == [1] and not collector.config.read_fabric
+        labels = {"node": "n9", "pod": "job-0-1", "rank": "9", "gpu": "1"}
+        for _ in range(100):  # the background thread's first read
+            if sample("krea2_infra_gpu_temperature_celsius", labels) is not None:
+                break
+            time.sleep(0.05)
+        assert sample("krea2_infra_gpu_temperature_celsius", labels) == 81
+        assert sample("krea2_infra_gpu_temperature_celsius", labels | {"gpu": "0"}) is None
+    finally:
+        collector.stop()
+
+
+def test_rank_telemetry_is_off_unless_launched_and_never_fails_a_run():
+    assert start_rank_telemetry(0, {}) is None
+    driverless = FakeNvml(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    assert start_rank_telemetry(0, {"KREA2_TELEMETRY_INTERVAL_S": "15"}, nvml=driverless) is None

@@ -21,6 +21,7 @@ class TelemetryConfig:
     sysfs_root: Path = SYSFS_ROOT
     devices: list[int] | None = None  # GPU indices to read; None: all (a DaemonSet)
     interval_s: float = 15.0  # scrape window of the background loop
+    read_fabric: bool = True  # IB ports are per node: one reader per node, not per rank
 
 
 @dataclass

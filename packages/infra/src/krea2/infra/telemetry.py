@@ -39,9 +39,9 @@ class Identity:
     rank: str = ""
 
     @classmethod
-    def from_env(cls) -> Identity:
+    def from_env(cls, env: dict[str, str] | None = None) -> Identity:
         """Kubernetes downward API (``NODE_NAME``, ``POD_NAME``) and torchrun's ``RANK``."""
-        env = os.environ
+        env = dict(os.environ if env is None else env)
         return cls(
             node=env.get("NODE_NAME") or socket.gethostname(),
             pod=env.get("POD_NAME") or env.get("HOSTNAME", ""),
@@ -137,7 +137,7 @@ class TelemetryCollector:
         """Read everything once, export it, and return the snapshot."""
         first = not self._last
         gpus = self.gpu.read()
-        ports = read_ib_ports(self.config.sysfs_root)
+        ports = read_ib_ports(self.config.sysfs_root) if self.config.read_fabric else []
         increases: dict[tuple, int] = {}
         for g in gpus:
             if g.pcie_replays is not None:
@@ -211,6 +211,38 @@ class TelemetryCollector:
             self._thread.join(timeout=10)
             self._thread = None
         self.gpu.close()
+
+
+def start_rank_telemetry(
+    local_rank: int, env: dict[str, str] | None = None, nvml: Any = None
+) -> TelemetryCollector | None:
+    """A launched training rank's collector for its own GPU, running; None when not asked.
+
+    ``krea2 infra launch`` sets ``KREA2_TELEMETRY_INTERVAL_S``; the rank then exports its
+    GPU (``devices=[local_rank]``) with its own pod and rank labels, and local rank 0 also
+    the node's IB ports. Without a GPU or the ``gpu`` extra it logs why and returns None:
+    telemetry never stops a run.
+    """
+    env = dict(os.environ if env is None else env)
+    interval = env.get("KREA2_TELEMETRY_INTERVAL_S")
+    if not interval:
+        return None
+    from krea2.infra.extras import MissingExtraError
+
+    config = TelemetryConfig(
+        devices=[local_rank], interval_s=float(interval), read_fabric=local_rank == 0
+    )
+    try:
+        collector = TelemetryCollector(config, Identity.from_env(env), nvml=nvml)
+    except MissingExtraError as exc:
+        log.warning("no GPU telemetry in this rank: %s", exc)
+        return None
+    if collector.gpu.absent_reason:
+        log.warning("no GPU telemetry in this rank: %s", collector.gpu.absent_reason)
+        collector.stop()
+        return None
+    collector.start()
+    return collector
 
 
 def format_report(snap: Snapshot, alerts: list[Alert], identity: Identity) -> str:

@@ -119,6 +119,8 @@ def _env(cfg: LaunchConfig, run: RunFacts) -> list[dict[str, Any]]:
         {"name": "KREA2_HANG_DIR", "value": hang_dir},
         # below the collective timeout, so every rank's stacks are written first
         {"name": "KREA2_HANG_TIMEOUT_S", "value": f"{hang_timeout(run.collective_timeout_s):g}"},
+        # each rank exports its own GPU's telemetry with exact pod and rank labels
+        {"name": "KREA2_TELEMETRY_INTERVAL_S", "value": "15"},
     ]
     return env
 
