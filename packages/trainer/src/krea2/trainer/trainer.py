@@ -95,6 +95,10 @@ class Trainer:
         self.watchdog = HangWatchdog.from_env(cfg.parallel.timeout_s, self.env.rank)
         if self.watchdog is not None:
             self.watchdog.start()
+        from krea2.infra.telemetry import start_rank_telemetry
+
+        # launched ranks export their own GPU's health with their pod and rank labels
+        self.telemetry = start_rank_telemetry(int(os.environ.get("LOCAL_RANK", "0")))
 
     def _done_marker(self, stage: StageConfig) -> Path:
         return self.run_dir / "checkpoints" / f"{stage.name}.done"
@@ -119,6 +123,8 @@ class Trainer:
             self.run_stage(i, stage, *indexes[i])
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.telemetry is not None:
+            self.telemetry.stop()
         if self._exporter is not None:
             self._exporter.close()
 
