@@ -81,6 +81,7 @@ _NAME_TO_MODULE = {
     "write_shard": "shards",
     "MissingExtraError": "extras",
     "import_extra": "extras",
+    "open_tracker": "tracking",
     "GpuReading": "gpu",
     "NvmlReader": "gpu",
     "IbPort": "fabric",
