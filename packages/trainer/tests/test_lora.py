@@ -17,7 +17,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from trainer_test_helpers import lora_job_toml, ranks
 
 from krea2.dit.testing import write_tiny_model_folder
-from krea2.dit.weights import read_checkpoint
+from krea2.dit.weights import read_checkpoint, save_weights
 from krea2.trainer.cli import run_job
 from krea2.trainer.config import load_job
 from krea2.trainer.inference import load_stage_module
@@ -37,8 +37,23 @@ def release(tmp_path_factory) -> Path:
 def trained(tmp_path_factory, release, shards) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("lora")
     config = root / "job.toml"
-    # a high learning rate, so 4 steps move the adapters far enough to change images
-    config.write_text(lora_job_toml(root / "run", release, shards, STEPS, "[optimizer]\nlr = 0.05"))
+    # a second base for validation: the release's DiT, perturbed
+    weights, cfg = read_checkpoint(release / "transformer")
+    g = torch.Generator().manual_seed(1)
+    other = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in weights.items()}
+    second = save_weights(other, root / "second.safetensors", config=cfg)
+    # a high learning rate, so 4 steps move the adapters far enough to change images; a
+    # sample grid (and the second base's) after step 1 and at the end
+    extra = f"""[optimizer]
+lr = 0.05
+[observe]
+sample_prompts = ["a red circle"]
+sample_steps = 2
+sample_every = 2
+second_base = "{second}"
+second_base_steps = 2
+"""
+    config.write_text(lora_job_toml(root / "run", release, shards, STEPS, extra))
     run_job(config, [], resume=False)
     return config, root / "run"
 
@@ -244,7 +259,6 @@ def test_released_weights_of_another_shape_are_refused_naming_the_fields(release
 def test_native_and_diffusers_releases_load_the_same_weights(release, shards, tmp_path, where):
     """A full fine-tuning stage (no LoRA) from a native release file or a diffusers
     transformer folder starts at the same tensors as the diffusers model folder."""
-    from krea2.dit.weights import save_weights
     from krea2.trainer.build import build_module
     from krea2.trainer.distributed import init_distributed
     from krea2.trainer.warmstart import warm_start
@@ -276,3 +290,23 @@ def test_export_lora_writes_what_the_stage_end_wrote(trained, tmp_path):
     want = load_file(run / "adapters" / "lora" / "comfyui.safetensors")
     got = load_file(out)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+
+
+def test_validation_grids_reach_the_run_dir_and_tensorboard(trained):
+    """The prompt x seed grid every 2 steps, also with the adapter on the second base
+    (which gives other images), in samples/ and in the TensorBoard events with the
+    scalars and the config."""
+    import numpy as np
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, run = trained
+    for step in (1, STEPS - 1):
+        main = np.asarray(Image.open(run / "samples" / f"lora-{step:06d}.png"))
+        second = np.asarray(Image.open(run / "samples" / f"lora-{step:06d}-second-base.png"))
+        assert main.shape == second.shape and not np.array_equal(main, second)
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0}).Reload()
+    assert [e.step for e in acc.Scalars("lora/train/loss")] == list(range(STEPS))
+    assert [e.step for e in acc.Images("lora/samples/grid")] == [1, STEPS - 1]
+    assert [e.step for e in acc.Images("lora/samples_second_base/second_base")] == [1, STEPS - 1]
+    assert "config" in acc.Tags()["tensors"]

@@ -371,6 +371,24 @@ class ObserveConfig:
     peak_tflops: float = 0.0  # per device, for MFU; 0 leaves MFU out
     eval_batches: int = 4
     eval_times: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+    # Experiment tracking (krea2.infra.tracking): "tensorboard" (RUN_DIR/tensorboard),
+    # "wandb", "mlflow" or "none"; the same scalars, sample grids and config as metrics.jsonl.
+    tracker: str = "tensorboard"
+    tracker_project: str = "krea2"
+    tracker_name: str | None = None  # None: the run directory's name
+    tracker_uri: str | None = None  # MLflow tracking URI (None: RUN_DIR/mlruns)
+    # LoRA stages: also sample the prompt x seed grid with the adapter on a second base
+    # (released weights, e.g. train on Raw, validate on Turbo), at its own steps and CFG;
+    # its time shift is the model folder's scheduler's when it has one, else the stage's.
+    second_base: str | None = None
+    second_base_steps: int = 8
+    second_base_cfg: float = 0.0
+
+    def __post_init__(self) -> None:
+        from krea2.infra.tracking import TRACKERS
+
+        if self.tracker not in TRACKERS:
+            raise ValueError(f"tracker={self.tracker!r} is not one of {list(TRACKERS)}")
 
 
 @dataclass

@@ -36,9 +36,11 @@ class MetricsLog:
     """Appends one JSON object per record to ``run_dir/metrics.jsonl`` (rank 0 only) and sets
     the ``krea2_trainer_*`` gauges (labelled by stage)."""
 
-    def __init__(self, path: Path, write: bool) -> None:
+    def __init__(self, path: Path, write: bool, tracker: Any = None) -> None:
         self.path = path
         self.write = write
+        # a krea2.infra.tracking Tracker (rank 0) that gets the same rows; None: none
+        self.tracker = tracker
         self._gauges = {
             name: metrics.gauge("trainer", name, doc, labelnames=("stage",))
             for name, doc in _GAUGES.items()
@@ -62,6 +64,32 @@ class MetricsLog:
         row = {"kind": kind, "stage": stage, "time": round(time.time(), 3), **values}
         with self.path.open("a") as f:
             f.write(json.dumps(row, allow_nan=True) + "\n")
+        if self.tracker is not None and "step" in values:
+            step = int(values["step"])
+            numbers = {k: v for k, v in values.items() if k != "step"}
+            self.tracker.log_scalars(step, numbers, prefix=f"{stage}/{kind}")
+            if "path" in values and str(values["path"]).endswith(".png"):
+                tag = f"{stage}/{kind}/{values.get('name', 'grid')}"
+                self.tracker.log_image(step, tag, Path(values["path"]))
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+
+
+def open_run_tracker(cfg: Any, run_dir: Path):
+    """The job's experiment tracker (``observe.tracker``; None for "none"), given the
+    resolved config; open it on rank 0 only."""
+    obs = cfg.observe
+    if obs.tracker == "none":
+        return None
+    from krea2.infra.config import config_to_dict
+    from krea2.infra.tracking import open_tracker
+
+    name = obs.tracker_name or Path(run_dir).name
+    tracker = open_tracker(obs.tracker, Path(run_dir), obs.tracker_project, name, obs.tracker_uri)
+    tracker.log_config(config_to_dict(cfg))
+    return tracker
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -116,3 +116,43 @@ class StageReports:
             path = self.run_dir / "samples" / f"{stage.name}-{step:06d}.png"
             save_grid(images, obs.sample_prompts, path)
             self.metrics.record("samples", stage.name, {"step": step, "path": str(path)})
+        if obs.second_base and stage.lora.enabled:
+            self._second_base_samples(stage, step, module, size)
+
+    def _second_base_samples(
+        self, stage: StageConfig, step: int, module: TrainModule, size: tuple[int, int]
+    ) -> None:
+        """The grid with the stage's adapter on ``observe.second_base``: the frozen base is
+        swapped in place (sharded, like training loads it), sampled, and the training base
+        loaded back from the same file, so training continues bit for bit."""
+        from krea2.dit.release import read_time_shift
+        from krea2.trainer.release_init import load_release_weights, release_source
+        from krea2.trainer.warmstart import warm_start
+
+        obs, env = self.cfg.observe, self.env
+        index = [s.name for s in self.cfg.stages].index(stage.name)
+        source = release_source(obs.second_base)
+        f = self.ae.spatial_factor * module.dit.cfg.patch
+        tokens = (size[0] // f) * (size[1] // f)
+        root = Path(obs.second_base)
+        shift = read_time_shift(root) if root.is_dir() else None
+        mu = shift.mu(tokens) if shift is not None else stage_mu(stage.time_shift, tokens)
+        load_release_weights(module, source, env.distributed, "observe.second_base")
+        try:
+            images = sample_grid(
+                module,
+                self.ae,
+                obs.sample_prompts,
+                obs.sample_seeds,
+                size,
+                obs.second_base_steps,
+                obs.second_base_cfg,
+                mu,
+            )
+        finally:
+            warm_start(self.cfg, index, module, env.distributed)
+        if env.is_main:
+            path = self.run_dir / "samples" / f"{stage.name}-{step:06d}-second-base.png"
+            save_grid(images, obs.sample_prompts, path)
+            row = {"step": step, "path": str(path), "name": "second_base"}
+            self.metrics.record("samples_second_base", stage.name, row)

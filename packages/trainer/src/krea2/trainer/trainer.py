@@ -37,7 +37,7 @@ from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConf
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
 from krea2.trainer.lora import checkpoint_options
-from krea2.trainer.observe import MetricsLog
+from krea2.trainer.observe import MetricsLog, open_run_tracker
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
 from krea2.trainer.stability import SpikeDetector, Verdict
@@ -77,7 +77,11 @@ class Trainer:
         if cfg.parallel.threads:
             torch.set_num_threads(cfg.parallel.threads)
         self.run_dir = Path(cfg.run_dir)
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", write=self.env.is_main)
+        self.metrics = MetricsLog(
+            self.run_dir / "metrics.jsonl",
+            write=self.env.is_main,
+            tracker=open_run_tracker(cfg, self.run_dir) if self.env.is_main else None,
+        )
         self.ae = build_autoencoder(cfg.model, self.env.device)
         self.latents = LatentCache(cfg.data.cache_latents)
         self.reports = StageReports(cfg, self.env, self.metrics, self.ae, self.run_dir)
@@ -127,6 +131,7 @@ class Trainer:
             self.telemetry.stop()
         if self._exporter is not None:
             self._exporter.close()
+        self.metrics.close()
 
     def _state(self, module: TrainModule, optimizers: list) -> dict[str, Any]:
         """What a checkpoint holds: the trainable weights' state (a LoRA stage's frozen base

@@ -170,6 +170,15 @@ def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
         raise UserError(f"text.encoder={text!r}: {path} does not exist; give a local model")
     if cfg.parallel.async_tp and tp <= 2:
         raise UserError(f"parallel.async_tp needs tp > 2 (got tp={tp}); set async_tp = false")
+    second = cfg.observe.second_base
+    if second is not None:
+        if not Path(second).exists():
+            raise UserError(f"observe.second_base={second!r} does not exist; give released weights")
+        if not any(s.lora.enabled for s in cfg.stages):
+            raise UserError(
+                "observe.second_base validates LoRA adapters on another base, but no stage "
+                "trains LoRA; remove it or set stages.N.lora.rank"
+            )
     for i, stage in enumerate(cfg.stages):
         _check_stage(cfg, stage, i, dp, model_cfg.patch, ae.factor)
         if cfg.parallel.async_tp and not stage.compile:
