@@ -98,3 +98,22 @@ def test_bad_worker_settings_are_one_clear_error(tmp_path):
     bad.write_text('[workers.jobs."images.ocr"]\nmin_replicas = 5\nmax_replicas = 2\n')
     with pytest.raises(ConfigError, match="need 0 <= min <= max"):
         load_workers(bad)
+
+
+def test_telemetry_daemonset_watches_gpu_nodes_not_reserved_for_training():
+    result = CliRunner().invoke(app, ["monitoring", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    objects = {o["kind"]: o for o in yaml.safe_load_all(result.output)}
+    assert set(objects) == {"DaemonSet", "Service", "ConfigMap"}
+    for obj in objects.values():
+        assert validation_errors(obj) == []
+    pod = objects["DaemonSet"]["spec"]["template"]["spec"]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "krea2.ai/reserved-for", "operator": "DoesNotExist"} in term["matchExpressions"]
+    [container] = pod["containers"]
+    assert container["command"] == ["krea2", "infra", "telemetry"]
+    assert "--sysfs-root=/host/sys" in container["args"]
+    rules = yaml.safe_load(objects["ConfigMap"]["data"]["krea2-alerts.yaml"])
+    assert any(r["alert"] == "GpuXidError" for g in rules["groups"] for r in g["rules"])

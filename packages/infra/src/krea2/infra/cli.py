@@ -228,3 +228,30 @@ def workers(
 
     for name in apply_objects(api_client(context), objects):
         typer.echo(f"applied {name}")
+
+
+@app.command()
+def monitoring(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the manifests; apply nothing."),
+    namespace: str = typer.Option("krea2-monitoring", help="Namespace of the DaemonSet."),
+    image: str = typer.Option("krea2:0.1.0", help="Image with krea2-infra[gpu] installed."),
+    port: int = typer.Option(9400, help="Port of each node's /metrics."),
+    interval: float = typer.Option(15.0, help="Seconds between reads."),
+    context: str = typer.Option(None, help="kubeconfig context (default: in-cluster or current)."),
+) -> None:
+    """Deploy node telemetry: a DaemonSet running `krea2 infra telemetry` on GPU nodes not
+    reserved for training, its scrape Service, and the alert rules as a ConfigMap.
+
+    Example: krea2 infra monitoring --dry-run
+    """
+    from krea2.infra.k8s.manifests import to_yaml
+    from krea2.infra.k8s.monitoring import monitoring_manifests
+
+    objects = monitoring_manifests(namespace, image, port, interval)
+    if dry_run:
+        typer.echo(to_yaml(objects), nl=False)
+        return
+    from krea2.infra.k8s.apply import api_client, apply_objects
+
+    for name in apply_objects(api_client(context), objects):
+        typer.echo(f"applied {name}")
