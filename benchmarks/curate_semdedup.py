@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from benchmarks.report import write_results
 from krea2.curate.evaluate import precision_recall
 from krea2.curate.in_memory import curate_in_memory
 from krea2.curate.kmeans import hierarchical_kmeans
@@ -41,8 +42,14 @@ from krea2.curate.shapes.defects import SEMANTIC_DUPLICATE, make_pool
 
 
 def pool_and_hash_stage(seed: int, clean: int, copies: int) -> tuple[list, list, dict]:
-    pool = make_pool(seed=seed, n_clean=clean, n_per_defect=clean // 20, n_overrepresented=0,
-                     classes=("exact_duplicate", "near_duplicate"), n_copies=copies)  # fmt: skip
+    pool = make_pool(
+        seed=seed,
+        n_clean=clean,
+        n_per_defect=clean // 20,
+        n_overrepresented=0,
+        classes=("exact_duplicate", "near_duplicate"),
+        n_copies=copies,
+    )
     verdicts = curate_in_memory([it.key for it in pool], [it.data for it in pool])
     reasons = [v.reason for v in verdicts]
     pr = precision_recall([it.label for it in pool], reasons)
@@ -71,8 +78,9 @@ def evaluate(items: list, vectors: np.ndarray, threshold: float, leaf_size: int)
     k = [max(1, n // leaf_size), max(1, n // (leaf_size * 8))]
     start = time.perf_counter()
     h = hierarchical_kmeans(vectors, k)
-    area = np.asarray([im.size[0] * im.size[1] for im in
-                       (Image.open(io.BytesIO(it.data)) for it in items)])  # fmt: skip
+    area = np.asarray(
+        [im.size[0] * im.size[1] for im in (Image.open(io.BytesIO(it.data)) for it in items)]
+    )
     rank = np.lexsort((np.arange(n), -area))  # largest, then earliest
     ranks = np.empty(n, np.int64)
     ranks[rank] = np.arange(n)
@@ -84,9 +92,11 @@ def evaluate(items: list, vectors: np.ndarray, threshold: float, leaf_size: int)
         for i in dropped
     )
     copies = [i for i, it in enumerate(items) if it.label == SEMANTIC_DUPLICATE]
-    wrong = [(items[i].key, items[res.dup_of[i]].key, round(float(res.similarity[i]), 3))
-             for i in dropped if items[i].label != SEMANTIC_DUPLICATE
-             or items[res.dup_of[i]].key != items[i].source]  # fmt: skip
+    wrong = [
+        (items[i].key, items[res.dup_of[i]].key, round(float(res.similarity[i]), 3))
+        for i in dropped
+        if items[i].label != SEMANTIC_DUPLICATE or items[res.dup_of[i]].key != items[i].source
+    ]
     missed = [(items[i].key, items[i].edit) for i in copies if res.keep[i]]
     return {
         "rows": n,
@@ -101,20 +111,75 @@ def evaluate(items: list, vectors: np.ndarray, threshold: float, leaf_size: int)
     }
 
 
+HEADERS = [
+    "pool",
+    "images",
+    "copies caught by hashes",
+    "copies left",
+    "dropped",
+    "precision",
+    "recall",
+    "embed s",
+]
+
+
+def markdown(results: dict) -> str:
+    """The docs/benchmarks.md section of a run."""
+    from benchmarks.report import table
+
+    rows = []
+    for name in ("train_pool", "other_pool"):
+        r = results[name]
+        h, s = r["hash_stage"], r["semantic"]
+        caught = f"{h['copies_caught_by_hashes']} of {h['copies']}"
+        rows.append(
+            [
+                f"{name} (seed {r['seed']})",
+                h["pool"],
+                caught,
+                s["copies"],
+                s["dropped"],
+                f"{s['precision']:.3f}",
+                f"{s['recall']:.3f}",
+                f"{r['embed_s']:.1f}",
+            ]
+        )
+    enc = results.get("encoder", {})
+    return (
+        "## Curate: semantic dedup of copies hashes miss (`benchmarks/curate_semdedup.py`)\n\n"
+        "ShapesWorld pool: clean scenes, hash-level duplicates and copies that hashes miss "
+        "(crops keeping 78-92% of each side, flips, crop+flip, tone curves, blur+downscale+"
+        "noise). Part 1's hash stage runs first; the toy encoder is trained self-supervised "
+        f"on what it kept (no labels; {enc.get('seconds', 0):.0f} s, copy threshold "
+        f"{enc.get('threshold', 0):.3f} calibrated from the pool alone), then hierarchical "
+        "k-means and semantic dedup in bounded leaves. Precision: dropped rows that are "
+        "injected copies matched to their own source; recall: copies that survived the hash "
+        "stage and were dropped. `other_pool` reuses the encoder and threshold on a pool it "
+        "never saw (the design retrains per pool).\n\n" + table(HEADERS, rows)
+    )
+
+
 def main() -> None:
     from krea2.curate.embed import SslConfig, load_embedder, save_toy_encoder, train_toy_encoder
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--eval-seed", type=int, default=1)
+    # Seed 0 was used to choose the calibration quantile (ssl.COPY_QUANTILE); 2 and 3 are
+    # held out.
+    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--eval-seed", type=int, default=3)
     ap.add_argument("--clean", type=int, default=400)
     ap.add_argument("--copies", type=int, default=80)
     ap.add_argument("--steps", type=int, default=SslConfig().steps)
     ap.add_argument("--leaf-size", type=int, default=64)
     ap.add_argument("--encoder", type=Path, help="Reuse a trained toy encoder (skip training).")
     ap.add_argument("--save-encoder", type=Path, help="Keep the trained encoder here.")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/curate_semdedup.json"))
+    ap.add_argument("--out", type=Path, help="Also write the raw results here.")
+    ap.add_argument("--report-only", type=Path, help="Re-render the docs section from a JSON.")
     args = ap.parse_args()
+    if args.report_only:
+        results = json.loads(args.report_only.read_text())
+        write_results("curate_semdedup", results, markdown(results))
+        return
 
     _, train_items, hash_train = pool_and_hash_stage(args.seed, args.clean, args.copies)
     print(f"hash stage (seed {args.seed}): {hash_train}", flush=True)
@@ -125,8 +190,11 @@ def main() -> None:
             model, stats = train_toy_encoder(
                 pixels(train_items), config=SslConfig(steps=args.steps)
             )
-            print(f"toy encoder: {stats['seconds']:.0f} s, loss {stats['losses'][-1]:.3f}, "
-                  f"threshold {stats['threshold']:.3f}", flush=True)  # fmt: skip
+            print(
+                f"toy encoder: {stats['seconds']:.0f} s, loss {stats['losses'][-1]:.3f}, "
+                f"threshold {stats['threshold']:.3f}",
+                flush=True,
+            )
             results["encoder"] = {k: v for k, v in stats.items() if k != "losses"}
             save_toy_encoder(model, where)
         emb = load_embedder(f"toy:{where}")
@@ -139,14 +207,22 @@ def main() -> None:
             vectors = emb.embed(pixels(items))
             embed_s = time.perf_counter() - start
             scores = evaluate(items, vectors, float(emb.threshold), args.leaf_size)
-            results[name] = {"seed": seed, "hash_stage": hash_stage, "embed_s": embed_s,
-                             "semantic": scores}  # fmt: skip
-            print(f"{name} (seed {seed}): precision {scores['precision']:.3f} recall "
-                  f"{scores['recall']:.3f} ({scores['copies']} copies, {scores['dropped']} "
-                  f"dropped); wrong {scores['wrong']}; missed {scores['missed']}",
-                  flush=True)  # fmt: skip
-    args.out.write_text(json.dumps(results, indent=1, default=str))
-    print(f"wrote {args.out}")
+            results[name] = {
+                "seed": seed,
+                "hash_stage": hash_stage,
+                "embed_s": embed_s,
+                "semantic": scores,
+            }
+            print(
+                f"{name} (seed {seed}): precision {scores['precision']:.3f} recall "
+                f"{scores['recall']:.3f} ({scores['copies']} copies, {scores['dropped']} "
+                f"dropped); wrong {scores['wrong']}; missed {scores['missed']}",
+                flush=True,
+            )
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1, default=str))
+    write_results("curate_semdedup", results, markdown(results))
+    print("wrote benchmarks/results/curate_semdedup.json and its docs/benchmarks.md section")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,20 @@ from krea2.curate.shapes import make_pool, write_pool
 from krea2.curate.storage import read_uri
 from krea2.infra.errors import UserError
 
-COLS = ["dup_keep", "embedding", "embed_model", "sem_keep", "sem_kind", "sem_dup_of",
-        "sem_similarity", "cluster", "width", "height", "seq", "uri"]  # fmt: skip
+COLS = [
+    "dup_keep",
+    "embedding",
+    "embed_model",
+    "sem_keep",
+    "sem_kind",
+    "sem_dup_of",
+    "sem_similarity",
+    "cluster",
+    "width",
+    "height",
+    "seq",
+    "uri",
+]
 
 
 def _invoke(*args: str) -> str:
@@ -53,17 +65,36 @@ def embedded(tmp_path_factory, pg_server):
     cluster_file = cluster.save(tmp_path / "cluster.json")
     cluster.close()
     pool = tmp_path / "pool"
-    write_pool(make_pool(seed=5, n_clean=24, n_per_defect=2, n_overrepresented=0,
-                         classes=("near_duplicate",), n_copies=6), pool)  # fmt: skip
+    write_pool(
+        make_pool(
+            seed=5,
+            n_clean=24,
+            n_per_defect=2,
+            n_overrepresented=0,
+            classes=("near_duplicate",),
+            n_copies=6,
+        ),
+        pool,
+    )
     torch.manual_seed(0)
     model = tmp_path / "toy"
     save_toy_encoder(ToyEncoder(ToyEncoderConfig(side=32, dim=16, threshold=0.97)), model)
     c = str(cluster_file)
     store = tmp_path / "store"
     _invoke("ingest", str(pool), "--name", "pool", "--cluster", c)
-    out = _invoke("run", "--stages", "analyze,dedup,embed,semantic", "--embedder",
-                  f"toy:{model}", "--set", f"embed.store={store}", "--batch-size", "8",
-                  "--cluster", c)  # fmt: skip
+    out = _invoke(
+        "run",
+        "--stages",
+        "analyze,dedup,embed,semantic",
+        "--embedder",
+        f"toy:{model}",
+        "--set",
+        f"embed.store={store}",
+        "--batch-size",
+        "8",
+        "--cluster",
+        c,
+    )
     return c, model, store, out
 
 
@@ -81,8 +112,7 @@ def test_every_hash_keeper_gets_its_own_vector_in_the_store(embedded):
     stored = read_vectors([r["embedding"] for r in keepers], [r["image_key"] for r in keepers])
     pixels = [decode(read_uri(r["uri"])).pixels for r in keepers[:5]]
     direct = load_embedder(f"toy:{model}").embed(pixels)
-    np.testing.assert_allclose(stored[:5].astype(np.float32), direct.astype(np.float32),
-                               atol=2e-3)  # fmt: skip
+    np.testing.assert_allclose(stored[:5].astype(np.float32), direct.astype(np.float32), atol=2e-3)
 
 
 def test_the_semantic_verdicts_follow_the_keep_rule(embedded):
@@ -113,7 +143,7 @@ def test_the_semantic_verdicts_follow_the_keep_rule(embedded):
         assert curate.final_reason(r) == "semantic_duplicate"
 
 
-def test_a_rerun_embeds_only_what_is_missing_and_the_pass_is_idempotent(embedded):
+def test_a_rerun_embeds_only_what_is_missing_and_the_pass_is_idempotent_and_spills(embedded):
     c, model, store, _ = embedded
     wh = curate.open_warehouse(c)
     before = {r["image_key"]: r for r in curate.read_rows(wh, COLS)}
@@ -124,15 +154,17 @@ def test_a_rerun_embeds_only_what_is_missing_and_the_pass_is_idempotent(embedded
     cfg = curate.load_curate_config(overrides=[f"embed.store={store}"])
     results = curate.run_stages(wh, ["embed", "semantic"], cfg, embedder=f"toy:{model}")
     once = {r["image_key"]: r for r in curate.read_rows(wh, COLS)}
-    curate.run_stages(wh, ["semantic"], cfg)
+    spill = curate.load_curate_config(overrides=["semantic.max_memory_mb=0"])
+    curate.run_stages(wh, ["semantic"], spill)  # vectors through a memmap: same verdicts
     twice = {r["image_key"]: r for r in curate.read_rows(wh, COLS)}
     wh.close()
     assert results["embed"].completed == 1
     assert twice == once
     old, new = before.pop(victim), once.pop(victim)
     assert new["embedding"] != old["embedding"]  # its own batch file now
-    np.testing.assert_array_equal(read_vectors([new["embedding"]]),
-                                  read_vectors([old["embedding"]]))  # fmt: skip
+    np.testing.assert_array_equal(
+        read_vectors([new["embedding"]]), read_vectors([old["embedding"]])
+    )
     assert all(once[k]["embedding"] == r["embedding"] for k, r in before.items())
 
 
@@ -162,6 +194,32 @@ def test_a_dropped_cluster_rejects_its_rows_and_flags_survive_a_rerun(embedded):
     with pytest.raises(UserError, match="use one of keep, drop"):
         decide_cluster(wh, leaf, "delete")
     wh.close()
+
+
+def test_the_classify_job_scores_stored_vectors_with_every_head(embedded, tmp_path):
+    from krea2.curate.distill import LinearHead
+
+    c, *_ = embedded
+    wh = curate.open_warehouse(c)
+    rows = [r for r in curate.read_rows(wh, COLS) if r["embedding"]]
+    x = read_vectors([r["embedding"] for r in rows])
+    d = x.shape[1]
+    heads = [
+        LinearHead("a", tuple(np.linspace(-1, 1, d)), 0.1, 2.0, -0.5),
+        LinearHead("b", tuple(np.ones(d) / d), 0.0),
+    ]
+    paths = ",".join(str(h.save(tmp_path / f"{h.task}.json")) for h in heads)
+    result = curate.run_stages(wh, ["classify"], heads=paths)["classify"]
+    got = {r["image_key"]: r["class_scores"] for r in curate.read_rows(wh, ["class_scores"])}
+    wh.close()
+    assert result.completed == len(rows)
+    for h in heads:
+        want = h.proba(x)
+        np.testing.assert_allclose([got[r["image_key"]][h.task] for r in rows], want, atol=1e-6)
+    with pytest.raises(UserError, match="needs classifier heads"):
+        curate.check_stages(["classify"])
+    with pytest.raises(UserError, match="no head file"):
+        curate.check_stages(["classify"], heads=str(tmp_path / "absent.json"))
 
 
 def test_the_embed_stage_needs_a_valid_embedder_spec(tmp_path):

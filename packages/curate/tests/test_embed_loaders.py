@@ -31,11 +31,25 @@ def siglip2_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("siglip2")
-    text = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                intermediate_size=32, max_position_embeddings=16, bos_token_id=1,
-                eos_token_id=2, pad_token_id=0)  # fmt: skip
-    vision = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, patch_size=8, num_patches=16)  # fmt: skip
+    text = dict(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    vision = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        patch_size=8,
+        num_patches=16,
+    )
     Siglip2Model(Siglip2Config(text_config=text, vision_config=vision)).save_pretrained(path)
     Siglip2ImageProcessorPil(patch_size=8, max_num_patches=16).save_pretrained(path)
     return path
@@ -47,9 +61,15 @@ def dinov3_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("dinov3")
-    cfg = DINOv3ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                          intermediate_size=64, patch_size=8, image_size=32,
-                          num_register_tokens=2)  # fmt: skip
+    cfg = DINOv3ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        patch_size=8,
+        image_size=32,
+        num_register_tokens=2,
+    )
     DINOv3ViTModel(cfg).save_pretrained(path)
     return path
 

@@ -82,8 +82,11 @@ def test_balanced_sampling_caps_the_head_and_keeps_the_tail():
     rng = np.random.default_rng(0)
     centres = unit(rng.normal(size=(10, 16)))
     sizes = [2000] + [20] * 9  # one head concept, nine rare ones
-    x = unit(np.concatenate([c + 0.05 * rng.normal(size=(s, 16)) for c, s in
-                             zip(centres, sizes, strict=True)]))  # fmt: skip
+    x = unit(
+        np.concatenate(
+            [c + 0.05 * rng.normal(size=(s, 16)) for c, s in zip(centres, sizes, strict=True)]
+        )
+    )
     concept = np.repeat(np.arange(10), sizes)
     h = hierarchical_kmeans(x, [40, 10])
     picked = balanced_sample(h, 400)

@@ -23,6 +23,7 @@ def test_claim_predicates_are_the_dag_edges():
         "tags": "text_reject = ''",
         "captions": "text_reject = ''",
         "embed": "dup_keep = TRUE",
+        "classify": "embedding IS NOT NULL",
     }
     passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
     assert passes == ["dedup", "concepts", "semantic", "review"]

@@ -133,6 +133,7 @@ def run(
     embedder: str = typer.Option(
         "none", help="Model of the embed stage: siglip2:DIR, dinov3:DIR, sscd:FILE or toy:DIR."
     ),
+    heads: str = typer.Option("none", help="Head JSON files of the classify stage (a,b)."),
     processes: int = typer.Option(1, help="Isolated decode processes of the analyze job."),
     batch_size: int = typer.Option(32, help="Rows per claim."),
     lease_s: float = typer.Option(None, help="Lease length in s (default: the job's)."),
@@ -161,7 +162,7 @@ def run(
     from krea2.curate.config import load_curate_config
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    curate.check_stages(chosen, tagger, captioner, embedder)  # before the warehouse opens
+    curate.check_stages(chosen, tagger, captioner, embedder, heads)  # before the warehouse opens
     cfg = load_curate_config(config, set_, stage)
     wh = curate.open_warehouse(cluster)
     try:
@@ -174,6 +175,7 @@ def run(
             tagger=tagger,
             captioner=captioner,
             embedder=embedder,
+            heads=heads,
             processes=processes,
             run_job=_run_with_progress(batch_size, lease_s, follow),
             on_result=_echo_pass_result,
@@ -332,8 +334,9 @@ def train_encoder(
     finally:
         wh.close()
     if len(rows) < 2:
-        raise UserError("train-encoder needs hash keepers: run `krea2 curate run --stages "
-                        "analyze,dedup` first")  # fmt: skip
+        raise UserError(
+            "train-encoder needs hash keepers: run `krea2 curate run --stages analyze,dedup` first"
+        )
     pick = np.random.default_rng(seed).permutation(len(rows))[:max_images]
     images = []
     for i in sorted(pick):

@@ -103,6 +103,10 @@ class SemanticConfig:
     probe: int = 3  # leaves a row is compared in: its own and neighbours within ``margin``
     margin: float = 0.1
     seed: int = 0
+    # Vectors above this many MiB are gathered into a memory-mapped file under spill_dir
+    # (the system temp dir when ""): k-means samples them and dedup reads one leaf at a time.
+    max_memory_mb: float = 1024.0
+    spill_dir: str = ""
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,8 @@ class EmbedHandler:
     """Batch handler of ``images.embed``: the embedder named by ``plugin`` (``KIND:PATH``,
     ``krea2.curate.embed.loaders``) on each image's decode at ``decode.analysis_size``; the
     claim's vectors go to the store as one float16 file (``embed.store``), the rows get
-    references to them. A row that cannot be read or decoded fails alone (retried)."""
+    references to them. A row that cannot be read or decoded fails alone (retried). Reads
+    and decodes run in the embedder's prep thread, overlapped with the model."""
 
     cfg: ClassVar[CurateConfig] = CurateConfig()
     plugin: ClassVar[str] = ""
@@ -200,27 +201,62 @@ class EmbedHandler:
     def __call__(self, rows: list[dict]) -> list[dict | Exception]:
         from pathlib import Path
 
+        import numpy as np
+
         from krea2.curate.decode import DecodeError, decode
         from krea2.curate.embed.store import write_batch
         from krea2.curate.image_analysis import decode_limits
         from krea2.curate.storage import read_uri
 
-        out: list[dict | Exception] = []
-        pixels, done = [], []
-        for row in rows:
-            try:
-                pixels.append(decode(read_uri(row["uri"]), decode_limits(self.cfg)).pixels)
-                done.append(len(out))
-                out.append({})
-            except (OSError, DecodeError) as exc:
-                out.append(exc)
-        if pixels:
-            vectors = self.embedder.embed(pixels)
+        out: list[dict | Exception] = [{} for _ in rows]
+        done: list[int] = []
+        size = self.embedder.batch_size
+
+        def batches():  # drawn by the embedder's prep thread: decodes overlap the model
+            for start in range(0, len(rows), size):
+                pixels = []
+                for i in range(start, min(start + size, len(rows))):
+                    try:
+                        data = read_uri(rows[i]["uri"])
+                        pixels.append(decode(data, decode_limits(self.cfg)).pixels)
+                        done.append(i)
+                    except (OSError, DecodeError) as exc:
+                        out[i] = exc
+                if pixels:
+                    yield pixels
+
+        parts = list(self.embedder.embed_batches(batches()))
+        if parts:
+            vectors = np.concatenate(parts)
             keys = [rows[i]["image_key"] for i in done]
             refs = write_batch(Path(self.cfg.embed.store), keys, vectors)
             for i, ref in zip(done, refs, strict=True):
                 out[i] = {"embedding": ref, "embed_model": self.embedder.name}
         return out
+
+
+class ClassifyHandler:
+    """Batch handler of ``images.classify``: every head named in ``plugin`` (comma-separated
+    head JSON files, ``krea2.curate.distill.LinearHead``) scores the row's stored vector."""
+
+    cfg: ClassVar[CurateConfig] = CurateConfig()
+    plugin: ClassVar[str] = ""
+
+    def setup(self) -> None:
+        from pathlib import Path
+
+        from krea2.curate.distill import LinearHead
+
+        self.heads = [LinearHead.load(Path(p)) for p in self.plugin.split(",") if p]
+
+    def __call__(self, rows: list[dict]) -> list[dict | Exception]:
+        from krea2.curate.embed.store import read_vectors
+
+        x = read_vectors([r["embedding"] for r in rows], [r["image_key"] for r in rows])
+        probs = {h.task: h.proba(x) for h in self.heads}
+        return [
+            {"class_scores": {t: float(p[i]) for t, p in probs.items()}} for i in range(len(rows))
+        ]
 
 
 def configured(handler: type, cfg: CurateConfig, **attrs: Any) -> type:

@@ -52,8 +52,15 @@ def _train(x: np.ndarray, k: int, seed: int, niter: int, max_train: int) -> np.n
     take = np.sort(rng.choice(n, size=min(n, max_train), replace=False))
     sample = np.ascontiguousarray(x[take], np.float32)
     k = max(1, min(k, len(sample)))
-    km = faiss.Kmeans(sample.shape[1], k, niter=niter, seed=seed, spherical=True,
-                      max_points_per_centroid=max(1, max_train // k), verbose=False)  # fmt: skip
+    km = faiss.Kmeans(
+        sample.shape[1],
+        k,
+        niter=niter,
+        seed=seed,
+        spherical=True,
+        max_points_per_centroid=max(1, max_train // k),
+        verbose=False,
+    )
     km.train(sample)
     return km.centroids.copy()
 

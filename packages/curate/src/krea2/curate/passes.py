@@ -6,6 +6,9 @@ stage's ``when`` selects), so a rerun after a crash or after more ingest is alwa
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from krea2.curate.config import CurateConfig
@@ -92,26 +95,25 @@ def embedder_threshold(models: set[str], configured: float) -> float:
     from krea2.infra.errors import UserError
 
     if len(models) > 1:
-        raise UserError(f"rows were embedded by several models {sorted(models)}; vectors of "
-                        "different models cannot be compared: re-embed with one")  # fmt: skip
+        raise UserError(
+            f"rows were embedded by several models {sorted(models)}; vectors of "
+            "different models cannot be compared: re-embed with one"
+        )
     if configured > 0:
         return configured
     kind, path = parse_spec(next(iter(models)))
     if kind == "toy" and (path / "config.json").is_file():
         return float(json.loads((path / "config.json").read_text())["threshold"])
-    raise UserError(f"{kind} embeddings carry no copy threshold: set semantic.threshold "
-                    "(e.g. --set semantic.threshold=0.9; SSCD's authors use 0.75)")  # fmt: skip
+    raise UserError(
+        f"{kind} embeddings carry no copy threshold: set semantic.threshold "
+        "(e.g. --set semantic.threshold=0.9; SSCD's authors use 0.75)"
+    )
 
 
 def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     """Recompute semantic dedup over every embedded row: hierarchical k-means, then the
     keep rule inside bounded leaves (``krea2.curate.semantic_dedup``); rank = part 1's
     keep rule (largest, then earliest ingest)."""
-    from krea2.curate.embed.store import read_vectors
-    from krea2.curate.kmeans import hierarchical_kmeans
-    from krea2.curate.review import record_clusters
-    from krea2.curate.semantic_dedup import semantic_dedup
-
     cols = ["image_key", "seq", "width", "height", "embedding", "embed_model"]
     rows = list(scan_all(wh, STAGES_BY_NAME["semantic"].filters(), cols))
     if not rows:
@@ -119,12 +121,41 @@ def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     c = cfg.semantic
     threshold = embedder_threshold({r["embed_model"] for r in rows}, c.threshold)
     keys = [r["image_key"] for r in rows]
-    x = read_vectors([r["embedding"] for r in rows], keys)
+    with tempfile.TemporaryDirectory(prefix="krea2-semantic-", dir=c.spill_dir or None) as tmp:
+        x = _gather(rows, keys, c.max_memory_mb, Path(tmp))
+        return _semantic(wh, rows, keys, x, threshold, c)
+
+
+def _gather(rows: list[dict], keys: list[str], max_memory_mb: float, tmp: Path) -> np.ndarray:
+    """The rows' vectors, in memory or, past ``max_memory_mb``, in a memmap under ``tmp``."""
+    from krea2.curate.embed.store import read_vectors, split_ref
+
+    refs = [r["embedding"] for r in rows]
+    dim = np.load(split_ref(refs[0])[0], mmap_mode="r").shape[1]
+    if len(refs) * dim * 2 <= max_memory_mb * 2**20:
+        return read_vectors(refs, keys)
+    out = np.lib.format.open_memmap(tmp / "vectors.npy", "w+", np.float16, (len(refs), dim))
+    return read_vectors(refs, keys, out=out)
+
+
+def _semantic(
+    wh: Warehouse, rows: list[dict], keys: list[str], x: np.ndarray, threshold: float, c
+) -> dict[str, int]:
+    from krea2.curate.kmeans import hierarchical_kmeans
+    from krea2.curate.review import record_clusters
+    from krea2.curate.semantic_dedup import semantic_dedup
+
     n = len(rows)
     k = [max(1, -(-n // (c.leaf_size * 8**level))) for level in range(c.levels)]
     h = hierarchical_kmeans(x, k, seed=c.seed)
-    order = sorted(range(n), key=lambda i: (-(rows[i]["width"] or 0) * (rows[i]["height"] or 0),
-                                            rows[i]["seq"] or 0, keys[i]))  # fmt: skip
+    order = sorted(
+        range(n),
+        key=lambda i: (
+            -(rows[i]["width"] or 0) * (rows[i]["height"] or 0),
+            rows[i]["seq"] or 0,
+            keys[i],
+        ),
+    )
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
     res = semantic_dedup(x, rank, h.leaf, threshold, c.max_leaf, c.probe, c.margin)
@@ -144,5 +175,9 @@ def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         f.patch(TABLE, patch)
         f.flush()
     flagged = record_clusters(wh, [p["cluster"] for p in patch])
-    return {"rows": n, "duplicates": int((~res.keep).sum()), "leaves": int(res.leaf.max()) + 1,
-            "flagged": flagged}  # fmt: skip
+    return {
+        "rows": n,
+        "duplicates": int((~res.keep).sum()),
+        "leaves": int(res.leaf.max()) + 1,
+        "flagged": flagged,
+    }

@@ -115,10 +115,30 @@ def check_embedder(spec: str | None, needed_by: str) -> str:
     from krea2.infra.errors import UserError
 
     if not spec or spec == "none":
-        raise UserError(f"the {needed_by} stage needs an embedder: pass --embedder KIND:PATH "
-                        f"(KIND one of {list(KINDS)})")  # fmt: skip
+        raise UserError(
+            f"the {needed_by} stage needs an embedder: pass --embedder KIND:PATH "
+            f"(KIND one of {list(KINDS)})"
+        )
     parse_spec(spec)
     return spec
+
+
+def check_heads(paths: str | None, needed_by: str) -> str:
+    """``paths`` if it names one or more existing head files (comma-separated); else a user
+    error naming the fix."""
+    from pathlib import Path
+
+    from krea2.infra.errors import UserError
+
+    if not paths or paths == "none":
+        raise UserError(
+            f"the {needed_by} stage needs classifier heads: pass --heads "
+            "HEAD.json[,HEAD.json] (from krea2.curate.distill.train_head)"
+        )
+    missing = [p for p in paths.split(",") if p and not Path(p).is_file()]
+    if missing:
+        raise UserError(f"--heads: no head file at {missing}")
+    return paths
 
 
 def plugin(kind: str, name: str) -> Any:

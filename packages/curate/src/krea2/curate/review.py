@@ -61,8 +61,9 @@ def record_clusters(wh: Warehouse, paths: Sequence[str]) -> int:
     leaves = {c: n for c, (level, n) in sizes.items() if level == depth}
     median = float(np.median(list(leaves.values())))
     reader = wh.reader()
-    flagged = {k for k, r in reader.get(CLUSTERS, list(leaves), columns=["flag"]).items()
-               if r.get("flag")}  # fmt: skip
+    flagged = {
+        k for k, r in reader.get(CLUSTERS, list(leaves), columns=["flag"]).items() if r.get("flag")
+    }
     new_flags = [
         {"cluster": c, "flag": f"oversized: {n} rows, {n / median:.1f}× the median leaf"}
         for c, n in leaves.items()
@@ -105,8 +106,9 @@ def list_clusters(wh: Warehouse, flagged_only: bool = False) -> list[dict]:
     from krea2.curate.warehouse import scan_table
 
     where = [["flag", "!=", ""]] if flagged_only else []
-    rows = list(scan_table(wh, CLUSTERS, where, ["level", "size", "name", "flag", "decision",
-                                                  "note"]))  # fmt: skip
+    rows = list(
+        scan_table(wh, CLUSTERS, where, ["level", "size", "name", "flag", "decision", "note"])
+    )
     return sorted(rows, key=lambda r: [int(p) for p in r["cluster"].split("/")])
 
 
@@ -114,8 +116,10 @@ def _require(wh: Warehouse, cluster: str) -> None:
     from krea2.infra.errors import UserError
 
     if not wh.reader().get(CLUSTERS, [cluster], columns=["size"]):
-        raise UserError(f"no cluster {cluster!r}: run the semantic stage first, and give a "
-                        "path as listed by `krea2 curate clusters` (e.g. 2 or 2/17)")  # fmt: skip
+        raise UserError(
+            f"no cluster {cluster!r}: run the semantic stage first, and give a "
+            "path as listed by `krea2 curate clusters` (e.g. 2 or 2/17)"
+        )
 
 
 def review_pass(wh: Warehouse, cfg: Any = None) -> dict[str, int]:

@@ -12,6 +12,7 @@ and the in-memory verdict are all derived from ``STAGES``:
       → embed    (job: where dup_keep = TRUE; an embedder by spec, vectors to the store)
         → semantic (pass: embedded rows; semantic dedup within k-means leaves)
           → review   (pass: clustered rows; reviewers' dropped clusters)
+        → classify (job: embedded rows; distilled heads score the stored vectors)
 
 A job is a krablet job (claimed row by row, parallel, resumable); a pass is an idempotent
 recomputation over the warehouse, safe to rerun after a crash. ``captions`` claims the same
@@ -242,6 +243,15 @@ STAGES: tuple[Stage, ...] = (
         run="krea2.curate.passes:semantic_pass",
         when=(("embedding", "is not", None),),
         reject=Reject("sem_kind"),
+    ),
+    Stage(
+        "classify",
+        StageKind.JOB,
+        {"class_scores": "jsonb"},  # {task: calibrated probability} of each head
+        run="krea2.curate.handlers:ClassifyHandler",
+        when=(("embedding", "is not", None),),
+        inputs=("embedding",),
+        plugin="heads",
     ),
     Stage(
         "review",

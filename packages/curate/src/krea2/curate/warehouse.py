@@ -16,7 +16,7 @@ from typing import Any
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.handlers import configured
-from krea2.curate.plugins import check_embedder, check_plugin, load_object
+from krea2.curate.plugins import check_embedder, check_heads, check_plugin, load_object
 from krea2.curate.stages import (
     COLUMNS,
     KEY,
@@ -181,6 +181,7 @@ def check_stages(
     tagger: str | None = None,
     captioner: str | None = None,
     embedder: str | None = None,
+    heads: str | None = None,
 ) -> list[Stage]:
     """The stages called ``names``, after checking that each is known and that every plugin
     named (or needed by a chosen stage) is registered (an embedder: a well-formed
@@ -195,6 +196,8 @@ def check_stages(
     for s in chosen:
         if s.plugin == "embedder":
             check_embedder(embedder, needed_by=s.name)
+        elif s.plugin == "heads":
+            check_heads(heads, needed_by=s.name)
         elif s.plugin is not None:
             check_plugin(s.plugin, plugins[s.plugin], needed_by=s.name)
     return chosen
@@ -208,6 +211,7 @@ def run_stages(
     tagger: str | None = None,
     captioner: str | None = None,
     embedder: str | None = None,
+    heads: str | None = None,
     processes: int = 1,
     run_job: JobRunner | None = None,
     on_result: Callable[[Stage, Any], None] | None = None,
@@ -215,11 +219,12 @@ def run_stages(
     """Run the stages called ``names`` in order: a job through ``run_job(wh, stage,
     handler)`` (default: one ``run_worker``), a pass in this process. ``tagger`` and
     ``captioner`` name the plugins (``krea2.curate.plugins``) of the stages that need one,
-    ``embedder`` the ``KIND:PATH`` of the embed stage's model;
+    ``embedder`` the ``KIND:PATH`` of the embed stage's model, ``heads`` the head files of
+    the classify stage;
     ``processes``: isolated decode processes of ``analyze``. Returns each stage's result
     (worker stats or the pass's counts), also handed to ``on_result`` as it finishes."""
-    chosen = check_stages(names, tagger, captioner, embedder)
-    plugins = {"tagger": tagger, "captioner": captioner, "embedder": embedder}
+    chosen = check_stages(names, tagger, captioner, embedder, heads)
+    plugins = {"tagger": tagger, "captioner": captioner, "embedder": embedder, "heads": heads}
     cfg = cfg or CurateConfig()
     results: dict[str, Any] = {}
     for s in chosen:

@@ -122,7 +122,8 @@ def resize_batch(
     import torch
 
     h, w = size
-    arr = np.stack([cv2.resize(np.asarray(im), (w, h), interpolation=cv2.INTER_AREA)
-                    for im in images]).astype(np.float32)  # fmt: skip
+    arr = np.stack(
+        [cv2.resize(np.asarray(im), (w, h), interpolation=cv2.INTER_AREA) for im in images]
+    ).astype(np.float32)
     arr = (arr / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     return torch.from_numpy(arr).permute(0, 3, 1, 2).contiguous()

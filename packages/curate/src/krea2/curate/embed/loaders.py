@@ -41,8 +41,10 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 def require_weights(kind: str, path: Path, weights: tuple[str, ...] = WEIGHT_FILES) -> None:
     """Fail with one clear message unless directory ``path`` holds a config and weights."""
     if not path.is_dir():
-        raise UserError(f"{kind} embedder: {path} is not a directory (save the model there "
-                        "with save_pretrained, or give the right path)")  # fmt: skip
+        raise UserError(
+            f"{kind} embedder: {path} is not a directory (save the model there "
+            "with save_pretrained, or give the right path)"
+        )
     missing = [] if (path / "config.json").is_file() else ["config.json"]
     if not any((path / w).is_file() for w in weights):
         missing.append(" or ".join(weights))
@@ -83,8 +85,10 @@ def image_processor(path: Path) -> Any:
     base = name.removesuffix("Fast")
     cls = getattr(transformers, f"{base}Pil", None) or getattr(transformers, base, None)
     if cls is None:
-        raise UserError(f"{path}/preprocessor_config.json names image processor {name!r}, "
-                        "which this transformers does not have")  # fmt: skip
+        raise UserError(
+            f"{path}/preprocessor_config.json names image processor {name!r}, "
+            "which this transformers does not have"
+        )
     return cls.from_pretrained(path, local_files_only=True)
 
 
@@ -93,8 +97,10 @@ def _siglip2(path: Path, device: str, dtype: str) -> TorchEmbedder:
 
     require_weights("siglip2", path)
     if not (path / "preprocessor_config.json").is_file():
-        raise UserError(f"siglip2 embedder: {path} has no preprocessor_config.json (SigLIP-2 "
-                        "needs its own image processor; save it beside the model)")  # fmt: skip
+        raise UserError(
+            f"siglip2 embedder: {path} has no preprocessor_config.json (SigLIP-2 "
+            "needs its own image processor; save it beside the model)"
+        )
     model = AutoModel.from_pretrained(path, dtype=_torch_dtype(dtype), local_files_only=True)
     model = model.to(device).eval()
     processor = image_processor(path)
@@ -107,8 +113,9 @@ def _siglip2(path: Path, device: str, dtype: str) -> TorchEmbedder:
     def preprocess(images: Any) -> Any:
         return dict(processor(images=list(images), return_tensors="pt"))
 
-    return TorchEmbedder(f"siglip2:{path}", vision_cfg.hidden_size, forward, preprocess,
-                         device, dtype)  # fmt: skip
+    return TorchEmbedder(
+        f"siglip2:{path}", vision_cfg.hidden_size, forward, preprocess, device, dtype
+    )
 
 
 def _dinov3(path: Path, device: str, dtype: str) -> TorchEmbedder:
@@ -131,8 +138,9 @@ def _dinov3(path: Path, device: str, dtype: str) -> TorchEmbedder:
     def preprocess(images: Any) -> Any:
         return resize_batch(images, (side, side), mean, std)
 
-    return TorchEmbedder(f"dinov3:{path}", model.config.hidden_size, forward, preprocess,
-                         device, dtype)  # fmt: skip
+    return TorchEmbedder(
+        f"dinov3:{path}", model.config.hidden_size, forward, preprocess, device, dtype
+    )
 
 
 def _sscd(path: Path, device: str, dtype: str) -> TorchEmbedder:
@@ -168,5 +176,12 @@ def _toy(path: Path, device: str, dtype: str) -> TorchEmbedder:
     def preprocess(images: Any) -> Any:
         return resize_batch(images, (side, side))
 
-    return TorchEmbedder(f"toy:{path}", model.config.dim, model, preprocess, device, dtype,
-                         threshold=model.config.threshold)  # fmt: skip
+    return TorchEmbedder(
+        f"toy:{path}",
+        model.config.dim,
+        model,
+        preprocess,
+        device,
+        dtype,
+        threshold=model.config.threshold,
+    )

@@ -166,11 +166,15 @@ def calibrate_threshold(
     side = model.config.side
     plain = F.interpolate(src, size=(side, side), mode="area")
     ref = _embed(model, plain)
-    pos = torch.cat([(_embed(model, augment(src, side, gen, COPY_MIN_KEPT)) * ref).sum(1)
-                     for _ in range(views)])  # fmt: skip
+    pos = torch.cat(
+        [(_embed(model, augment(src, side, gen, COPY_MIN_KEPT)) * ref).sum(1) for _ in range(views)]
+    )
     sim = ref @ ref.T
     sim.fill_diagonal_(-1.0)
     threshold = float(torch.quantile(pos, COPY_QUANTILE))
-    stats = {"copy_q": threshold, "copy_p50": float(pos.median()),
-             "nearest_p50": float(sim.max(1).values.median())}  # fmt: skip
+    stats = {
+        "copy_q": threshold,
+        "copy_p50": float(pos.median()),
+        "nearest_p50": float(sim.max(1).values.median()),
+    }
     return threshold, stats

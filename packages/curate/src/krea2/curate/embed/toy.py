@@ -39,8 +39,11 @@ def _stage(c_in: int, c_out: int, convs: int) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i in range(convs):
         stride = 2 if i == 0 else 1
-        layers += [nn.Conv2d(c_in if i == 0 else c_out, c_out, 3, stride, 1),
-                   nn.GroupNorm(8, c_out), nn.GELU()]  # fmt: skip
+        layers += [
+            nn.Conv2d(c_in if i == 0 else c_out, c_out, 3, stride, 1),
+            nn.GroupNorm(8, c_out),
+            nn.GELU(),
+        ]
     return nn.Sequential(*layers)
 
 
@@ -52,8 +55,9 @@ class ToyEncoder(nn.Module):
         self.config = config
         w = config.widths
         # One conv in the two high-resolution stages (they cost the most), two after.
-        self.stages = nn.Sequential(_stage(3, w[0], 1), _stage(w[0], w[1], 1),
-                                    _stage(w[1], w[2], 2), _stage(w[2], w[3], 2))  # fmt: skip
+        self.stages = nn.Sequential(
+            _stage(3, w[0], 1), _stage(w[0], w[1], 1), _stage(w[1], w[2], 2), _stage(w[2], w[3], 2)
+        )
         cells = (config.side // 16) ** 2
         self.head = nn.Linear(w[3] * cells, config.dim)
 
