@@ -26,8 +26,9 @@ from PIL import Image
 DEMO = [sys.executable, "-c", "from krea2.infra.host import main; main()", "demo", "--quick"]
 
 
-def run_demo(out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*DEMO, "--out", str(out)], capture_output=True, text=True, timeout=900)
+def run_demo(out: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [*DEMO, "--out", str(out), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
 def stop_in(out: Path, stage: str, at: str, after_s: float, sig: signal.Signals) -> tuple[int, str]:
@@ -88,6 +89,7 @@ STOPS = [
     ("pretrain", r"^train pretrain-32: 3/", 0.0, signal.SIGKILL),
     ("pretrain", r"^train pretrain-64: 2/", 0.0, signal.SIGINT),
     ("sample", r"^sample: 3/", 0.0, signal.SIGINT),
+    ("preference-stpo", r"^on-policy samples: 2/", 0.0, signal.SIGINT),
 ]
 
 
@@ -115,9 +117,13 @@ def demo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
+    """A plain run through the last export: the rows the stopped runs must reproduce."""
     out = tmp_path_factory.mktemp("demo-uninterrupted")
-    result = run_demo(out)
+    result = run_demo(out, "--until", "export-64")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "stopped after export-64" in result.stdout
+    assert (out / "stages" / "export-64.json").exists()
+    assert not (out / "stages" / "pretrain.json").exists()
     return out
 
 
@@ -136,11 +142,16 @@ def shard_rows(out: Path) -> dict[str, list[tuple]]:
 @pytest.mark.timeout(1800)  # builds both runs: the stopped-and-resumed one and a plain one
 def test_interrupted_runs_resume_to_exactly_the_rows_of_an_uninterrupted_run(demo, uninterrupted):
     assert shard_rows(demo) == shard_rows(uninterrupted)
-    got, want = (json.loads((d / "summary.json").read_text()) for d in (demo, uninterrupted))
-    assert got["curation"]["counts"] == want["curation"]["counts"]
+    got = json.loads((demo / "summary.json").read_text())
+    want = {
+        name: json.loads((uninterrupted / "stages" / f"{name}.json").read_text())["result"]
+        for name in ("curate", "export-32", "export-64")
+    }
+    assert got["curation"]["counts"] == want["curate"]["counts"]
+    exports = {k.removeprefix("export-"): v for k, v in want.items() if k != "curate"}
     assert got["export"] == {
         side: {**e, "dir": e["dir"].replace(str(uninterrupted), str(demo))}
-        for side, e in want["export"].items()
+        for side, e in exports.items()
     }
 
 

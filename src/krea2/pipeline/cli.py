@@ -26,11 +26,20 @@ def demo(
     show_config: bool = typer.Option(
         False, "--show-config", help="Print the packaged recipe (with --quick: the quick one)."
     ),
+    until: str = typer.Option(
+        None,
+        "--until",
+        help="Stop after this stage (e.g. export-64, pretrain); a later run without it "
+        "continues. Stages: shards, pool, curate, export-<px>, pretrain, sample, score, "
+        "preference-stpo, preference-dpo, report.",
+    ),
 ) -> None:
     """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, sample,
     score, then preference-tune (STPO, and DPO as the ablation).
 
     Example: krea2 demo --quick --out demo-out
+
+    Example: krea2 demo --quick --out demo-out --until curate
     """
     if show_config:
         from krea2.pipeline.config import recipe_text
@@ -39,4 +48,4 @@ def demo(
         return
     from krea2.pipeline.demo import run_demo
 
-    run_demo(out, quick, workers, keep_db, config, set_)
+    run_demo(out, quick, workers, keep_db, config, set_, until)

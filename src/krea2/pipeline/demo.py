@@ -11,7 +11,7 @@ import typer
 from krea2.infra import UserError
 from krea2.infra.progress import progress
 from krea2.pipeline.config import DemoConfig, load_demo_config, smoke_note, training_job
-from krea2.pipeline.stages import StageRunner
+from krea2.pipeline.stages import StageRunner, StoppedAfter
 
 
 def run_demo(
@@ -21,29 +21,51 @@ def run_demo(
     keep_db: bool = False,
     config: Path | None = None,
     overrides: list[str] | None = None,
+    until: str | None = None,
 ) -> dict:
-    """Run the demo into ``out`` and return its summary (also written to summary.json)."""
+    """Run the demo into ``out`` and return its summary (also written to summary.json).
+
+    ``until``: stop once that stage is done (see :func:`stage_names`) and return
+    ``{"stopped_after": until}``; running again without it continues from there.
+    """
     cfg = load_demo_config(quick, config, overrides)
     if workers is not None:
         cfg.workers = workers
     if cfg.workers < 1:
         raise UserError(f"--workers {cfg.workers} must be at least 1")
+    if until is not None and until not in (names := stage_names(cfg)):
+        raise UserError(f"--until {until!r} is not a stage of this recipe: {', '.join(names)}")
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    runner = StageRunner(out)
+    runner = StageRunner(out, until=until)
     from krea2.pipeline import curation
 
     try:
         summary = _stages(runner, cfg, out)
+    except StoppedAfter as stop:
+        summary = {"stopped_after": stop.stage}
     finally:
         if not keep_db:
             curation.stop_shards(out)
     typer.echo("")
     lines = runner.summary_lines(time.perf_counter() - start)
-    lines[-1] += f"  ->  {out / 'report.html'}"
+    if "stopped_after" in summary:
+        lines[-1] += f"  (stopped after {until}; run again without --until to continue)"
+    else:
+        lines[-1] += f"  ->  {out / 'report.html'}"
     for line in lines:
         typer.echo(line)
     return summary
+
+
+def stage_names(cfg: DemoConfig) -> list[str]:
+    """The demo's stages in the order they run (export stages follow the recipe's
+    training resolutions)."""
+    from krea2.pipeline import preference
+
+    exports = [f"export-{s.resolution}" for s in cfg.train.stages]
+    tuned = [preference.stage_name(kind) for kind in preference.OBJECTIVES]
+    return ["shards", "pool", "curate", *exports, "pretrain", "sample", "score", *tuned, "report"]
 
 
 def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:

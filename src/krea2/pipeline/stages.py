@@ -23,6 +23,14 @@ class StageRecord:
     resumed: bool = False
 
 
+class StoppedAfter(Exception):
+    """Raised by :class:`StageRunner` once the stage it was asked to stop after is done."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(stage)
+        self.stage = stage
+
+
 @dataclass
 class StageRunner:
     """Runs named stages in order under ``out/stages``; finished ones are loaded, not redone.
@@ -30,11 +38,14 @@ class StageRunner:
     A stage's function returns a JSON-able dict. The record is written atomically after
     the function returns, so a stage killed midway is simply run again; stage functions
     must therefore be idempotent (they are: the warehouse and checkpoints resume).
+    With ``until`` set, :class:`StoppedAfter` is raised once that stage is done (run now
+    or earlier), so a later run without it continues from the next stage.
     """
 
     out: Path
     console: Console = field(default_factory=lambda: Console(stderr=True))
     records: list[StageRecord] = field(default_factory=list)
+    until: str | None = None
 
     @property
     def directory(self) -> Path:
@@ -50,6 +61,7 @@ class StageRunner:
             record = StageRecord(name, saved["seconds"], saved["result"], resumed=True)
             self.console.print(f"[dim]✓ {name:<9} {what} (done earlier, {record.seconds:.0f}s)")
             self.records.append(record)
+            self._stop_if_asked(name)
             return record.result
         self.console.rule(f"[bold]{name}[/bold]: {what}")
         start = time.perf_counter()
@@ -61,7 +73,12 @@ class StageRunner:
         os.replace(tmp, path)
         self.records.append(StageRecord(name, seconds, result))
         self.console.print(f"[green]✓ {name:<9}[/green] {what} ({seconds:.1f}s)")
+        self._stop_if_asked(name)
         return result
+
+    def _stop_if_asked(self, name: str) -> None:
+        if name == self.until:
+            raise StoppedAfter(name)
 
     def summary_lines(self, total_s: float | None = None) -> list[str]:
         """One aligned line per stage (seconds, resumed or not), then ``total`` if given."""

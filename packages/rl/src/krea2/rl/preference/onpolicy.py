@@ -106,10 +106,15 @@ def generate_pairs(
     seeds = list(range(seed, seed + samples_per_prompt))
     model_step = job.stages[stage_index].steps - 1
     pairs: list[Pair] = []
-    with progress("on-policy pairs", len(prompts), unit="prompt") as bar:
+    # Progress counts Euler steps: a chunk of prompts is one sampling call that can take
+    # minutes, so a per-prompt count would sit still until the whole chunk is done.
+    chunks = -(-len(prompts) // batch_prompts)
+    with progress("on-policy samples", chunks * steps * len(seeds), unit="step") as bar:
         for start in range(0, len(prompts), batch_prompts):
             chunk = list(prompts[start : start + batch_prompts])
-            images = sample_stage(job, stage_index, chunk, seeds, steps, cfg_scale)
+            images = sample_stage(
+                job, stage_index, chunk, seeds, steps, cfg_scale, on_step=bar.advance
+            )
             flat = images.reshape(-1, *images.shape[2:])
             scored = reward(flat, [p for p in chunk for _ in seeds])
             uris = []
@@ -126,5 +131,4 @@ def generate_pairs(
             pairs += rank_pairs(
                 chunk, scores, uris, seeds, model_step, subs, min_gap, pairs_per_prompt
             )
-            bar.update(start + len(chunk))
     return pairs
