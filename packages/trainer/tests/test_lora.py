@@ -310,3 +310,21 @@ def test_validation_grids_reach_the_run_dir_and_tensorboard(trained):
     assert [e.step for e in acc.Images("lora/samples/grid")] == [1, STEPS - 1]
     assert [e.step for e in acc.Images("lora/samples_second_base/second_base")] == [1, STEPS - 1]
     assert "config" in acc.Tags()["tensors"]
+
+
+def test_on_one_device_a_bf16_base_keeps_fp32_adapters_that_learn(release, shards, tmp_path):
+    from krea2.trainer.build import build_module
+    from krea2.trainer.distributed import init_distributed
+
+    config = tmp_path / "job.toml"
+    config.write_text(lora_job_toml(tmp_path / "run", release, shards, 2))
+    job = load_job(config, ["model.dtype=bfloat16", "model.init_device=cpu"])
+    module = build_module(job, job.stages[0], init_distributed(job))
+    dtypes = {n: p.dtype for n, p in module.dit.named_parameters()}
+    assert dtypes["blocks.0.attn.wq.base_layer.weight"] == torch.bfloat16
+    assert dtypes["blocks.0.attn.wq.lora_A.default.weight"] == torch.float32
+    x = torch.randn(2, 16, 8, 8, dtype=torch.bfloat16)
+    v, _ = module(x, torch.tensor([0.3, 0.7]), ["a red circle", "a blue square"])
+    v.float().square().mean().backward()
+    grad = module.dit.blocks[0].attn.wq.lora_B["default"].weight.grad
+    assert grad is not None and grad.dtype == torch.float32 and grad.abs().max() > 0

@@ -124,7 +124,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         log.info("stage %s: LoRA rank %d on %d Linears", stage.name, stage.lora.rank, len(targets))
     dtype = getattr(torch, cfg.model.dtype.value)
     if not env.distributed and not meta:
-        dit.to(dtype)
+        _to_dtype(dit, dtype)
     par.apply_float8(dit, stage.float8, stage.float8_emulate, fsdp=env.distributed)
     text.to(env.device)
     if head is not None:
@@ -160,8 +160,17 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
 
                 reset_lora(dit)  # init_weights gave the adapters' Linears their default init
         if not env.distributed:
-            dit.to(dtype)
+            _to_dtype(dit, dtype)
     return module
+
+
+def _to_dtype(dit: nn.Module, dtype: torch.dtype) -> None:
+    """Cast the DiT to ``dtype`` on one device, LoRA adapters excepted: they train in fp32
+    on a bf16 base (peft casts each adapter's input to its dtype and its output back)."""
+    dit.to(dtype)
+    for name, p in dit.named_parameters():
+        if p.requires_grad and (".lora_A." in name or ".lora_B." in name):
+            p.data = p.data.float()
 
 
 def parameterization(cfg: JobConfig, stage: StageConfig) -> Parameterization:

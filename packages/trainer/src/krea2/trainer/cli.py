@@ -154,6 +154,26 @@ def merge(
     typer.echo(f"merged {len(sources)} checkpoints into {out}")
 
 
+@app.command()
+def memory(
+    model: str = typer.Option("krea2-12b", "--model", help="a krea2.dit config name"),
+    side: int = typer.Option(1024, "--side", help="image side in pixels"),
+    rank: int = typer.Option(64, "--rank", help="LoRA rank"),
+    batch: int = typer.Option(1, "--batch", help="images per GPU"),
+    gpus: str = typer.Option("1,8,64", "--gpus", help="comma-separated GPU counts"),
+) -> None:
+    """Print the per-GPU memory projection of LoRA (bf16/int8/float8 base) and full
+    fine-tuning under FSDP, as a Markdown table (the one in docs/trainer.md).
+
+    Example: krea2 train memory --model krea2-12b --side 1024 --gpus 1,8,64
+    """
+    from krea2.dit.config import get_config
+    from krea2.trainer.finetune_memory import memory_table
+
+    counts = tuple(int(g) for g in gpus.split(",") if g.strip())
+    typer.echo(memory_table(get_config(model), counts, side, rank, batch))
+
+
 @app.command("export-lora")
 def export_lora(
     run_dir: Path = typer.Argument(..., help="a run directory of krea2 train (holds config.toml)"),
