@@ -53,6 +53,11 @@ def test_absolute_score_flags_a_job_that_slowed_down_together():
     assert all(s.flagged for s in scores)  # ... but all are half as fast as the reference
 
 
+def test_millisecond_jitter_is_not_a_straggler():
+    scores = score_ranks([0.001, 0.004], reference_s=0.001, cfg=StragglerConfig())
+    assert scores[1].relative < 0.8 and not scores[1].flagged  # 4 ms: below min_flag_s
+
+
 def test_single_process_detector_learns_its_reference_from_the_best_window():
     detector = StragglerDetector(StragglerConfig(window=2), rank=0, world=1)
     assert detector.record(1.0) is None

@@ -39,6 +39,8 @@ class StragglerConfig:
     relative_threshold: float = 0.8  # flag below: 25% slower than the job's median
     absolute_threshold: float = 0.7  # flag below: 43% slower than the reference time
     expected_step_s: float | None = None  # reference for absolute scores; None: best seen
+    # A rank faster than this is never flagged: a few ms of loader jitter is not a straggler.
+    min_flag_s: float = 0.05
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -88,7 +90,8 @@ def score_ranks(
         t = max(t, 1e-9)
         relative = min(1.0, median / t)
         absolute = min(1.0, reference_s / t)
-        flagged = relative < cfg.relative_threshold or absolute < cfg.absolute_threshold
+        slow = relative < cfg.relative_threshold or absolute < cfg.absolute_threshold
+        flagged = slow and t >= cfg.min_flag_s
         scores.append(RankScore(rank, t, relative, absolute, flagged))
     return scores
 
