@@ -110,3 +110,25 @@ def test_keep_every_keeps_the_checkpoints_pma_every_asks_for(write_job, tmp_path
     job = write_job("keep", steps=9)
     run_job(job, ["checkpoint.keep_last=1", "checkpoint.keep_every=3"], resume=False)
     assert pma_steps(tmp_path / "keep" / "checkpoints" / "pretrain", 3, 3) == [2, 5, 8]
+
+
+def test_ties_trims_elects_signs_and_averages_the_agreeing_entries(tmp_path):
+    from safetensors.torch import save_file
+
+    from krea2.trainer.merge import ties_merge
+
+    base = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    tau_a = torch.tensor([3.0, 1.0, -2.0, 0.1, 4.0, 0.0])
+    tau_b = torch.tensor([1.0, -5.0, -2.0, -0.2, 0.0, 0.0])
+    paths = []
+    for name, t in (("base", base), ("a", base + tau_a), ("b", base + tau_b)):
+        save_file({"w": t.clone()}, str(tmp_path / f"{name}.safetensors"))
+        paths.append(tmp_path / f"{name}.safetensors")
+    full = ties_merge(paths[0], paths[1:], density=1.0)["w"]
+    # signs: + (3+1), - (1-5), - , - (0.1-0.2), + , none; agreeing entries averaged
+    assert torch.allclose(full - base, torch.tensor([2.0, -5.0, -2.0, -0.2, 4.0, 0.0]))
+    half = ties_merge(paths[0], paths[1:], density=0.5)["w"]
+    # a keeps 3, -2, 4; b keeps 1, -5, -2: the small entries (0.1, -0.2) are trimmed
+    assert torch.allclose(half - base, torch.tensor([2.0, -5.0, -2.0, 0.0, 4.0, 0.0]))
+    weighted = ties_merge(paths[0], paths[1:], weights=[3.0, 1.0], density=1.0)["w"]
+    assert torch.allclose(weighted[0] - 1.0, torch.tensor(2.5))  # (3*3 + 1*1) / 4

@@ -1,4 +1,4 @@
-"""PMA (average of the last N checkpoints, every K steps) and weighted merging, from disk.
+"""PMA (average of the last N checkpoints, every K steps), weighted and TIES merging, from disk.
 
 Nothing is kept in training memory: the averages stream over saved checkpoints, a group
 of tensors at a time (at most ``chunk_bytes`` per source in memory), into fp32 sums.
@@ -52,7 +52,21 @@ def average(
         raise UserError(f"weights {weights} must be {len(sources)} non-negative numbers, not all 0")
     total = sum(weights)
     weights = [w / total for w in weights]
-    first = sources[0]
+    meta, chunks = _key_chunks(sources[0], chunk_bytes)
+    out: dict[str, torch.Tensor] = {}
+    for chunk in chunks:
+        acc: dict[str, torch.Tensor] = {}
+        for src, w in zip(sources, weights, strict=True):
+            part = _load_source(src, chunk, meta)
+            for k, v in part.items():
+                acc[k] = acc[k].add_(v, alpha=w) if k in acc else v.mul_(w)
+        out.update({k.removeprefix(DIT_PREFIX): v for k, v in acc.items()})
+    return out
+
+
+def _key_chunks(first: Path, chunk_bytes: int) -> tuple[dict, list[list[str]]]:
+    """The DiT keys of ``first`` (a DCP step dir or safetensors) with their metadata, in
+    groups of at most ``chunk_bytes`` of fp32 per source."""
     if first.suffix == ".safetensors":
         from safetensors import safe_open
 
@@ -62,9 +76,8 @@ def average(
         meta = _tensor_keys(first, DIT_PREFIX)
     if not meta:
         raise UserError(f"{first} holds no DiT weights (keys under {DIT_PREFIX!r})")
-    keys = sorted(meta)
     chunks, cur, size = [], [], 0
-    for k in keys:
+    for k in sorted(meta):
         nbytes = 4 * (int(torch.Size(meta[k].size).numel()) if meta[k] is not None else 0)
         if cur and size + nbytes > chunk_bytes:
             chunks.append(cur)
@@ -72,14 +85,47 @@ def average(
         cur.append(k)
         size += nbytes
     chunks.append(cur)
+    return meta, chunks
+
+
+def ties_merge(
+    base: Path,
+    sources: list[Path],
+    weights: list[float] | None = None,
+    density: float = 0.2,
+    scale: float = 1.0,
+    chunk_bytes: int = 1 << 30,
+) -> dict[str, torch.Tensor]:
+    """TIES merging (Yadav et al. 2023) of fine-tuned ``sources`` made from ``base``: each
+    task vector (source - base) keeps its top ``density`` share of entries by magnitude
+    (per tensor), each entry's sign is elected by the weighted sum of the trimmed vectors,
+    and the entries that agree with it are averaged (weighted by ``weights``, uniform when
+    None); the result is ``base + scale * merged``. Streams like :func:`average`."""
+    if len(sources) < 2:
+        raise UserError("TIES merges at least two fine-tuned checkpoints")
+    if not 0.0 < density <= 1.0:
+        raise UserError(f"density={density} must be in (0, 1]")
+    weights = weights or [1.0] * len(sources)
+    if len(weights) != len(sources) or any(w <= 0 for w in weights):
+        raise UserError(f"weights {weights} must be {len(sources)} positive numbers")
+    meta, chunks = _key_chunks(sources[0], chunk_bytes)
+    base_meta = meta if base.suffix == ".safetensors" else _tensor_keys(base, DIT_PREFIX)
     out: dict[str, torch.Tensor] = {}
     for chunk in chunks:
-        acc: dict[str, torch.Tensor] = {}
-        for src, w in zip(sources, weights, strict=True):
-            part = _load_source(src, chunk, meta)
-            for k, v in part.items():
-                acc[k] = acc[k].add_(v, alpha=w) if k in acc else v.mul_(w)
-        out.update({k.removeprefix(DIT_PREFIX): v for k, v in acc.items()})
+        b = _load_source(base, chunk, base_meta)
+        parts = [_load_source(src, chunk, meta) for src in sources]
+        for k in chunk:
+            taus = torch.stack([p[k] - b[k] for p in parts])  # [S, ...]
+            flat = taus.reshape(len(sources), -1)
+            keep = max(1, round(density * flat.shape[1]))
+            cut = flat.abs().kthvalue(flat.shape[1] - keep + 1, dim=1, keepdim=True).values
+            flat = torch.where(flat.abs() >= cut, flat, torch.zeros_like(flat))
+            w = torch.tensor(weights).view(-1, 1)
+            sign = torch.sign((w * flat).sum(0, keepdim=True))
+            agree = (torch.sign(flat) == sign) & (flat != 0)
+            total = (w * agree).sum(0).clamp_min(1e-12)
+            merged = (w * flat * agree).sum(0) / total
+            out[k.removeprefix(DIT_PREFIX)] = b[k] + scale * merged.view_as(b[k])
     return out
 
 
@@ -147,8 +193,21 @@ def merge_to_file(
     job_config: Path,
     out: Path,
     stage: str | None = None,
+    method: str = "average",
+    base: Path | None = None,
+    density: float = 0.2,
 ) -> Path:
-    """Merge ``sources`` into ``out``; the stage whose settings are recorded is ``stage``,
-    else the one the step folders name (see :func:`source_stage`)."""
+    """Merge ``sources`` into ``out`` by ``method``: ``average`` (uniform or weighted) or
+    ``ties`` (needs the ``base`` they were fine-tuned from; keeps the top ``density`` of each
+    task vector). The stage whose settings are recorded is ``stage``, else the one the
+    step folders name (see :func:`source_stage`)."""
     sources = [Path(s) for s in sources]
-    return save_dit(average(sources, weights), job_config, out, stage or source_stage(sources))
+    if method == "average":
+        state = average(sources, weights)
+    elif method == "ties":
+        if base is None:
+            raise UserError("TIES merging needs the base checkpoint the sources started from")
+        state = ties_merge(Path(base), sources, weights, density)
+    else:
+        raise UserError(f"merge method {method!r} is not 'average' or 'ties'")
+    return save_dit(state, job_config, out, stage or source_stage(sources))
