@@ -127,3 +127,16 @@ def test_a_hang_writes_every_ranks_stacks_before_the_ranks_exit(tmp_path):
         info = json.loads((bundle / f"rank-{r:05d}.json").read_text())
         assert info["rank"] == r and info["env"]["NCCL_DEBUG"] == "INFO"
         assert info["last_step"] == 2 and info["last_metrics"]["step"] == 2
+
+
+def test_rank_health_beats_records_and_disarms(tmp_path):
+    from krea2.infra.rank_health import RankHealth
+
+    health = RankHealth(0, 1, 0, collective_timeout_s=600, env={"KREA2_HANG_DIR": str(tmp_path)})
+    assert health.telemetry is None  # not asked for (no KREA2_TELEMETRY_INTERVAL_S)
+    reports = [health.step(s, 0.2, {"loss": 1.0}) for s in range(20)]
+    assert reports[-1] is not None and reports[-1].stragglers == []
+    assert health.watchdog._step == 19 and health.watchdog.timeout_s == hang_timeout(600)
+    health.close()
+    assert not health.watchdog.fired.is_set()
+    assert RankHealth(0, 1, 0, 600, env={}).watchdog is None  # not launched

@@ -33,6 +33,7 @@ _SUBMODULES = (
     "telemetry",
     "stragglers",
     "watchdog",
+    "rank_health",
     "k8s",  # launch manifests; applying them needs the k8s extra
 )
 
@@ -94,6 +95,7 @@ _NAME_TO_MODULE = {
     "StragglerReport": "stragglers",
     "HangWatchdog": "watchdog",
     "hang_timeout": "watchdog",
+    "RankHealth": "rank_health",
 }
 
 __all__ = [*_SUBMODULES, *_NAME_TO_MODULE]
