@@ -25,6 +25,7 @@ from krea2.infra.checkpoint import (
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.infra.progress import Progress, progress
+from krea2.infra.rank_health import RankHealth
 from krea2.trainer.build import (
     TrainModule,
     build_autoencoder,
@@ -90,19 +91,9 @@ class Trainer:
             from krea2.infra.metrics import start_exporter
 
             self._exporter = start_exporter(cfg.observe.prometheus_port + self.env.rank)
-        from krea2.infra.stragglers import StragglerDetector
-        from krea2.infra.watchdog import HangWatchdog
-
-        # Slow ranks by their local (loader) time; a hang bundle of every rank's stacks
-        # when launched (KREA2_HANG_DIR), timed below the collective timeout.
-        self.stragglers = StragglerDetector(rank=self.env.rank, world=self.env.world)
-        self.watchdog = HangWatchdog.from_env(cfg.parallel.timeout_s, self.env.rank)
-        if self.watchdog is not None:
-            self.watchdog.start()
-        from krea2.infra.telemetry import start_rank_telemetry
-
-        # launched ranks export their own GPU's health with their pod and rank labels
-        self.telemetry = start_rank_telemetry(int(os.environ.get("LOCAL_RANK", "0")))
+        # straggler scores; when launched, a hang bundle and GPU telemetry (krea2.infra)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.health = RankHealth(self.env.rank, self.env.world, local_rank, cfg.parallel.timeout_s)
 
     def _done_marker(self, stage: StageConfig) -> Path:
         return self.run_dir / "checkpoints" / f"{stage.name}.done"
@@ -125,10 +116,7 @@ class Trainer:
         indexes = {i: self._indexes(i, s) for i, s in todo}
         for i, stage in todo:
             self.run_stage(i, stage, *indexes[i])
-        if self.watchdog is not None:
-            self.watchdog.stop()
-        if self.telemetry is not None:
-            self.telemetry.stop()
+        self.health.close()
         if self._exporter is not None:
             self._exporter.close()
         self.metrics.close()
@@ -233,9 +221,7 @@ class Trainer:
                 out["step_time"] = now - t_prev  # wall seconds, data wait included
                 out["step_cpu_time"] = cpu_now - cpu_prev  # this process's CPU seconds
                 t_prev, cpu_prev = now, cpu_now
-                self.stragglers.record(waited)  # every rank; one all-gather per window
-                if self.watchdog is not None:
-                    self.watchdog.beat(step, {"loss": out["loss"], "step_time": out["step_time"]})
+                self.health.step(step, waited, {"loss": out["loss"], "step_time": out["step_time"]})
                 self.reports.step(stage, run.module.dit.cfg, step, out)
                 bar.update(step + 1, loss=f"{out['loss']:.4f}")
                 every = cfg.checkpoint.every
