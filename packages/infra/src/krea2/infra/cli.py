@@ -8,7 +8,7 @@ import typer
 
 app = typer.Typer(
     help=(
-        "Infrastructure tools: checkpoints and metrics.\n\n"
+        "Infrastructure tools: checkpoints, metrics, GPU/fabric telemetry, Kubernetes launch.\n\n"
         "Example: krea2 infra checkpoints runs/toy-pretrain"
     ),
     no_args_is_help=True,
@@ -212,8 +212,10 @@ def workers(
     overrides: list[str] = typer.Option([], "--set", help="workers.KEY=VALUE override."),
     context: str = typer.Option(None, help="kubeconfig context (default: in-cluster or current)."),
 ) -> None:
-    """Deploy autoscaled krablet workers: per job a Deployment scaled on its backlog (KEDA
-    or HPA), the backlog exporter, and an interruptible priority class.
+    """Deploy krablet workers autoscaled on each job's backlog (KEDA or HPA).
+
+    Per job a worker Deployment and its scaler, the backlog exporter, and an
+    interruptible priority class that training preempts.
 
     Example: krea2 infra workers configs/production/krablet-workers.toml --dry-run
     """
@@ -239,8 +241,10 @@ def monitoring(
     interval: float = typer.Option(15.0, help="Seconds between reads."),
     context: str = typer.Option(None, help="kubeconfig context (default: in-cluster or current)."),
 ) -> None:
-    """Deploy node telemetry: a DaemonSet running `krea2 infra telemetry` on GPU nodes not
-    reserved for training, its scrape Service, and the alert rules as a ConfigMap.
+    """Deploy node telemetry as a DaemonSet, with the alert rules as a ConfigMap.
+
+    The DaemonSet runs `krea2 infra telemetry` on GPU nodes not reserved for a training
+    run (launched ranks export their own GPUs), with a scrape Service.
 
     Example: krea2 infra monitoring --dry-run
     """
