@@ -10,6 +10,7 @@ right resource paths, and merge patches that label and taint the picked nodes.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -122,6 +123,10 @@ class Recorder(BaseHTTPRequestHandler):
             )
         return self._send({"kind": "Status", "code": 404}, 404)
 
+    def do_DELETE(self) -> None:
+        Recorder.requests.append({"method": "DELETE", "path": urlparse(self.path).path})
+        return self._send({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
     def do_PATCH(self) -> None:
         url = urlparse(self.path)
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -133,7 +138,15 @@ class Recorder(BaseHTTPRequestHandler):
                 "body": json.loads(body),
             }
         )
-        return self._send(json.loads(body) | {"apiVersion": "v1", "kind": "Node"})
+        patched = json.loads(body)
+        if url.path.startswith("/api/v1/nodes/"):  # answer with the node as patched
+            labels = patched.get("metadata", {}).get("labels", {})
+            meta = {
+                "name": url.path.rsplit("/", 1)[1],
+                "labels": {k: v for k, v in labels.items() if v},
+            }
+            patched = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+        return self._send(patched)
 
 
 @pytest.fixture
@@ -190,3 +203,30 @@ def test_marking_a_node_faulty_patches_its_label(client):
     assert patch["path"] == "/api/v1/nodes/gpu-07"
     assert patch["content_type"] == "application/strategic-merge-patch+json"  # None deletes
     assert patch["body"] == {"metadata": {"labels": {"krea2.ai/faulty": "pcie-replay-burst"}}}
+
+
+def test_teardown_deletes_the_runs_objects_and_releases_its_nodes(client, monkeypatch):
+    reserved = [node(f"gpu-{i:02d}", {"krea2.ai/reserved-for": "krea2-12b"}) for i in range(2)] + [
+        node("gpu-02", {"krea2.ai/reserved-for": "other-run"})
+    ]
+    for n in reserved[:2]:
+        n["spec"]["taints"] = [
+            {"key": "krea2.ai/reserved-for", "value": "krea2-12b", "effect": "NoSchedule"}
+        ]
+    monkeypatch.setattr(sys.modules[__name__], "NODES", reserved)
+    cfg, run = load_launch(RUN_FILE)
+    deleted = apply.teardown(client, cfg, training_manifests(cfg, run))
+    # shared objects (priority classes, the queue) stay for the next run
+    assert deleted == [
+        "JobSet/krea2-12b",
+        "PodDisruptionBudget/krea2-12b",
+        "Service/krea2-12b",
+        "ConfigMap/krea2-12b-run",
+    ]
+    patches = {r["path"]: r["body"] for r in Recorder.requests if "method" not in r}
+    assert sorted(patches) == ["/api/v1/nodes/gpu-00", "/api/v1/nodes/gpu-01"]
+    for body in patches.values():
+        assert body == {
+            "metadata": {"labels": {"krea2.ai/reserved-for": None}},
+            "spec": {"taints": []},
+        }
