@@ -68,11 +68,11 @@ def embedded(tmp_path_factory, pg_server):
     write_pool(
         make_pool(
             seed=5,
-            n_clean=24,
+            n_clean=14,
             n_per_defect=2,
             n_overrepresented=0,
             classes=("near_duplicate",),
-            n_copies=6,
+            n_copies=4,
         ),
         pool,
     )

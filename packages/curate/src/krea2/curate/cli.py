@@ -318,7 +318,7 @@ def train_encoder(
     stage kept; no labels), calibrate its copy threshold, and save it for
     `--embedder toy:OUT` (needs the `embed` extra).
 
-    Example: krea2 curate train-encoder --out toy-encoder --steps 5
+    Example: krea2 curate train-encoder --out toy-encoder --steps 2
     """
     import numpy as np
 
