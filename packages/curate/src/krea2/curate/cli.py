@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from krea2.curate import STAGE_NAMES
+from krea2.curate import STAGE_NAMES, cli_embed
+from krea2.curate.cli_help import CLUSTER_HELP, CONFIG_HELP, SET_HELP
 
 app = typer.Typer(
     help="Image curation on krablet: ingest, cheap filters, dedup, OCR, report, shard export."
@@ -14,10 +15,6 @@ app = typer.Typer(
     "krea2 curate report --out report/",
     no_args_is_help=True,
 )
-
-CLUSTER_HELP = "Cluster file or comma-separated DSNs (default: $KRABLET_CLUSTER)."
-CONFIG_HELP = "TOML file of curate settings (see docs/curate.md); merged onto the defaults."
-SET_HELP = "Override a setting, e.g. --set stages.256.max_aspect=2.5 (repeatable)."
 
 
 @app.command()
@@ -305,107 +302,7 @@ def pool(
     typer.echo(f"pool: {len(items)} images under {out}, labels in {labels}")
 
 
-@app.command("train-encoder")
-def train_encoder(
-    out: Path = typer.Option(..., help="Directory for config.json and model.safetensors."),
-    steps: int = typer.Option(600, help="Training steps (batches of 128 images, 2 views each)."),
-    max_images: int = typer.Option(20000, help="Train on at most this many hash keepers."),
-    seed: int = typer.Option(0, help="Sampling and initialisation seed."),
-    threads: int = typer.Option(1, help="Torch threads."),
-    cluster: str = typer.Option(None, help=CLUSTER_HELP),
-) -> None:
-    """Train the toy image encoder self-supervised on the pool's hash keepers (rows the dedup
-    stage kept; no labels), calibrate its copy threshold, and save it for
-    `--embedder toy:OUT` (needs the `embed` extra).
-
-    Example: krea2 curate train-encoder --out toy-encoder --steps 2
-    """
-    import numpy as np
-
-    from krea2 import curate
-    from krea2.curate.decode import DecodeError, decode
-    from krea2.curate.embed import SslConfig, save_toy_encoder, train_toy_encoder
-    from krea2.curate.storage import read_uri
-    from krea2.infra.errors import UserError
-
-    wh = curate.open_warehouse(cluster)
-    try:
-        rows = [r for r in curate.read_rows(wh, ["uri", "dup_keep"]) if r["dup_keep"]]
-    finally:
-        wh.close()
-    if len(rows) < 2:
-        raise UserError(
-            "train-encoder needs hash keepers: run `krea2 curate run --stages analyze,dedup` first"
-        )
-    pick = np.random.default_rng(seed).permutation(len(rows))[:max_images]
-    images = []
-    for i in sorted(pick):
-        try:
-            images.append(decode(read_uri(rows[i]["uri"])).pixels)
-        except (OSError, DecodeError):
-            continue  # an unreadable keeper is the embed job's to report
-    config = SslConfig(steps=steps, seed=seed, threads=threads)
-    model, stats = train_toy_encoder(images, config=config)
-    save_toy_encoder(model, out)
-    typer.echo(
-        f"toy encoder: {len(images)} images, {steps} steps in {stats['seconds']:.0f} s, "
-        f"copy threshold {stats['threshold']:.3f}; saved to {out} "
-        f"(use --embedder toy:{out})"
-    )
-
-
-@app.command()
-def clusters(
-    flagged: bool = typer.Option(False, help="Only clusters flagged for review."),
-    cluster: str = typer.Option(None, help=CLUSTER_HELP),
-) -> None:
-    """List the k-means clusters the semantic stage recorded: path (top level first), level,
-    size, name, flag and decision. Flags come from the semantic pass (oversized leaves) or
-    from `krea2 curate review --flag`.
-
-    Example: krea2 curate clusters --flagged
-    """
-    from krea2 import curate
-    from krea2.curate.review import list_clusters
-
-    wh = curate.open_warehouse(cluster)
-    try:
-        rows = list_clusters(wh, flagged)
-    finally:
-        wh.close()
-    typer.echo(f"{len(rows)} {'flagged ' if flagged else ''}clusters")
-    for r in rows:
-        extra = "  ".join(f"{k}: {r[k]}" for k in ("name", "flag", "decision", "note") if r[k])
-        typer.echo(f"  {r['cluster']:<12} level {r['level']}  {r['size']:>7} rows  {extra}")
-
-
-@app.command()
-def review(
-    path: str = typer.Argument(..., help="Cluster path as listed by `clusters`, e.g. 2/17."),
-    decision: str = typer.Option(None, help="keep, drop, or '' to reopen."),
-    flag: str = typer.Option(None, help="Flag the cluster for review with this reason."),
-    name: str = typer.Option(None, help="Name the cluster (with --flag)."),
-    note: str = typer.Option("", help="Reviewer's note (with --decision)."),
-    cluster: str = typer.Option(None, help=CLUSTER_HELP),
-) -> None:
-    """Flag a cluster or record a decision on it, then apply every decision to the rows (the
-    `review` pass: rows of a dropped cluster get reject reason cluster_review).
-
-    Example: krea2 curate review 0 --flag "check: one concept dominates" --name shapes
-    """
-    from krea2 import curate
-    from krea2.curate.review import decide_cluster, flag_cluster, review_pass
-    from krea2.infra.errors import UserError
-
-    if decision is None and flag is None:
-        raise UserError("give --decision keep|drop or --flag REASON")
-    wh = curate.open_warehouse(cluster)
-    try:
-        if flag is not None:
-            flag_cluster(wh, path, flag, name)
-        if decision is not None:
-            decide_cluster(wh, path, decision, note)
-        result = review_pass(wh)
-    finally:
-        wh.close()
-    typer.echo(f"cluster {path}: recorded; review: {result}")
+# Embedding-level commands (curate part 2) live in their own module; registered here.
+app.command("train-encoder")(cli_embed.train_encoder)
+app.command()(cli_embed.clusters)
+app.command()(cli_embed.review)

@@ -19,28 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from krea2.krablet import Table, Warehouse
+from krea2.curate.stages import CLUSTERS
+from krea2.krablet import Warehouse
 
-CLUSTERS = "clusters"
 FLAG_FACTOR = 4.0
 DECISIONS = ("keep", "drop", "")
 REJECT = "cluster_review"
-
-
-def clusters_table() -> Table:
-    """``clusters``: one row per cluster path (top level first, ``/``-separated)."""
-    return Table(
-        CLUSTERS,
-        key="cluster",
-        columns={
-            "level": "integer",  # 1 = top; the leaf level is the path's length
-            "size": "bigint",  # rows in the cluster and below
-            "name": "text",  # given by a namer (a VLM on the images nearest its centroid)
-            "flag": "text",  # why it needs a look; '' or NULL = nothing
-            "decision": "text",  # keep / drop / '' (pending)
-            "note": "text",
-        },
-    )
 
 
 def cluster_sizes(paths: Sequence[str]) -> dict[str, tuple[int, int]]:

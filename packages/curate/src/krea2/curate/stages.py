@@ -293,6 +293,28 @@ def images_table() -> Table:
     )
 
 
+CLUSTERS = "clusters"
+
+
+def clusters_table() -> Table:
+    """``clusters``: one row per k-means cluster path (top level first, ``/``-separated),
+    the review queue of ``krea2.curate.review``."""
+    from krea2.krablet import Table
+
+    return Table(
+        CLUSTERS,
+        key="cluster",
+        columns={
+            "level": "integer",  # 1 = top; the leaf level is the path's length
+            "size": "bigint",  # rows in the cluster and below
+            "name": "text",  # given by a namer (a VLM on the images nearest its centroid)
+            "flag": "text",  # why it needs a look; '' or NULL = nothing
+            "decision": "text",  # keep / drop / '' (pending)
+            "note": "text",
+        },
+    )
+
+
 def final_reason(row: Mapping[str, Any]) -> str | None:
     """A row's reject reason in DAG order (None = kept so far)."""
     for s in STAGES:

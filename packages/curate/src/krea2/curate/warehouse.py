@@ -25,6 +25,7 @@ from krea2.curate.stages import (
     TABLE,
     Stage,
     StageKind,
+    clusters_table,
     final_reason,
     images_table,
     reject_columns,
@@ -42,7 +43,6 @@ def open_warehouse(cluster: str | None) -> Warehouse:
     """Open (and migrate) the warehouse holding the ``images`` table (and ``clusters``, the
     k-means review queue, ``krea2.curate.review``); ``cluster`` is a
     cluster file or comma-separated DSNs (default: ``$KRABLET_CLUSTER``)."""
-    from krea2.curate.review import clusters_table
     from krea2.krablet import default_cluster_source
 
     tables = [images_table(), clusters_table()]
