@@ -77,6 +77,22 @@ _PUBLIC: dict[str, str] = {
     "phash_bits": "hashes",
     "colorhash_bits": "hashes",
     "hue_histogram": "hashes",
+    # embedding-level curation (image embedders in the ``embed`` submodule, `embed` extra)
+    "hierarchical_kmeans": "kmeans",
+    "balanced_sample": "kmeans",
+    "Hierarchy": "kmeans",
+    "semantic_dedup": "semantic_dedup",
+    "SemanticDedupResult": "semantic_dedup",
+    "list_clusters": "review",
+    "flag_cluster": "review",
+    "decide_cluster": "review",
+    "VlmClient": "vlm",
+    "VlmUnavailable": "vlm",
+    "LabelTask": "distill",
+    "LinearHead": "distill",
+    "pseudo_label": "distill",
+    "train_head": "distill",
+    "top_share": "pagerank",
     # evaluation against ground truth
     "precision_recall": "evaluate",
     "clean_kept": "evaluate",
@@ -84,6 +100,6 @@ _PUBLIC: dict[str, str] = {
     "DEFECT_REASONS": "evaluate",
 }
 
-__all__ = sorted([*_PUBLIC, "shapes"])
+__all__ = sorted([*_PUBLIC, "shapes", "embed"])
 
-__getattr__, __dir__ = lazy_exports(__name__, {**_PUBLIC, "shapes": None})
+__getattr__, __dir__ = lazy_exports(__name__, {**_PUBLIC, "shapes": None, "embed": None})
