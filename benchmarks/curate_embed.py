@@ -227,6 +227,7 @@ def throughput(n_images: int, batch: int, repeats: int) -> dict:
         "ratio_job": rate["ours, job decode"] / rate["plain transformers loop"],
         "min_cosine_same_decode": same,
         "threads": torch.get_num_threads(),
+        "seconds": times,
     }
 
 
@@ -241,7 +242,13 @@ def throughput_markdown(r: dict) -> str:
         f"(12 × 192, patch 16, 224 px) on the CPU ({r['threads']} torch threads), batches of "
         f"{r['batch']}, median of {r['repeats']} alternating runs. Same model, same inputs "
         "with the PIL decode (min cosine between the two outputs "
-        f"{r['min_cosine_same_decode']:.4f}).\n\n" + table(["path", "images/s", "vs plain"], rows)
+        f"{r['min_cosine_same_decode']:.4f}).\n\n"
+        + table(["path", "images/s", "vs plain"], rows)
+        + "\n\nNot yet understood: the gap is larger than overlapping the decode can "
+        "explain (decoding and resizing 32 images take well under a second here), and the "
+        "two models' forward passes timed alone on one batch differ by less than the "
+        "machine's noise. Read it as: the batched job is at least as fast as the plain "
+        "loop (the target is ≥ 1.0×), not as a measured 2.4× speed-up."
     )
 
 
