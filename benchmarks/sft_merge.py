@@ -4,6 +4,7 @@ background-style classifier over samples and by ShapesEval.
 
     uv run --no-sync python benchmarks/sft_merge.py                # ~10 min on 2 cores
     uv run --no-sync python benchmarks/sft_merge.py --pretrain 200 --sft 60   # a smoke run
+    uv run --no-sync python benchmarks/sft_merge.py --mix-base  # domain sets keep the base's
 
 Data (rendered here from krea2.curate.shapes, exported by krea2.curate.export_shards):
 one-object scenes of the world's training concepts on its black / dark gray backgrounds
@@ -14,6 +15,11 @@ that domain's fine-tuned model, and the merges combine the two. The style classi
 nearest background colour to the image's median pixel (one object covers under a ninth of
 the image); ground truth is the colour the prompt asks for. ShapesEval: the held-out
 concepts on black, prompts never seen in training.
+
+With domain sets of the new background only, each SFT learns its style unconditionally
+(every prompt comes out navy), and merged task vectors then fight over one property.
+``--mix-base`` also puts the base's backgrounds in each domain's set, so each SFT learns
+the style only where the prompt names it (results in the ``sft_merge_mixed`` section).
 """
 
 from __future__ import annotations
@@ -114,6 +120,7 @@ def main() -> None:
     p.add_argument("--sft", type=int, default=150)
     p.add_argument("--rank", type=int, default=8)
     p.add_argument("--steps", type=int, default=16, help="sampling steps")
+    p.add_argument("--mix-base", action="store_true", help="domain sets keep base backgrounds")
     args = p.parse_args()
     torch.set_num_threads(2)
     from krea2.trainer.adapters import export_adapter
@@ -126,7 +133,10 @@ def main() -> None:
     split = shapes.split_concepts(0)
     root = Path(tempfile.mkdtemp(prefix="sft-merge-"))
     base_data = write_shards(root / "base", split.train, ["black", "dark gray"], 2, 0)
-    domain_data = {d: write_shards(root / d, split.train, [bg], 2, 1) for d, bg in DOMAINS.items()}
+    extra = ["black", "dark gray"] if args.mix_base else []
+    domain_data = {
+        d: write_shards(root / d, split.train, [bg, *extra], 2, 1) for d, bg in DOMAINS.items()
+    }
     base_job = job_toml(root / "base.toml", root / "base-run", base_data, args.pretrain, 1e-3)
     run_job(base_job, [], resume=False)
     base_ckpt = sorted((root / "base-run" / "checkpoints" / "p32").glob("step-*"))[-1]
@@ -176,8 +186,17 @@ def main() -> None:
         rows.append([name, f"{share['A']:.2f}", f"{share['B']:.2f}", f"{score:.3f}"])
         print(rows[-1], flush=True)
     elapsed = time.perf_counter() - t0
+    area = "sft_merge_mixed" if args.mix_base else "sft_merge"
+    sets = (
+        "navy or dark green scenes plus the base's black/dark gray ones"
+        if args.mix_base
+        else ("navy or dark green scenes only")
+    )
     md = "\n".join([
-        "## Domain SFT and merging on ShapesWorld (`benchmarks/sft_merge.py`)",
+        "## Domain SFT and merging on ShapesWorld "
+        f"(`benchmarks/sft_merge.py{' --mix-base' * args.mix_base}`)",
+        "",
+        f"Domain sets: {sets}.",
         "",
         f"Toy DiT pretrained {args.pretrain} steps on black/dark gray scenes; LoRA r{args.rank} "
         f"SFT {args.sft} steps per domain (A: navy, B: dark green backgrounds); the style "
@@ -187,7 +206,7 @@ def main() -> None:
         "",
         table(["model", "style A (navy)", "style B (dark green)", "ShapesEval"], rows),
     ])  # fmt: skip
-    write_results("sft_merge", {"args": vars(args), "results": results, "elapsed_s": elapsed}, md)
+    write_results(area, {"args": vars(args), "results": results, "elapsed_s": elapsed}, md)
     print(md)
 
 
