@@ -163,6 +163,10 @@ def main() -> None:
     weights["uniform merge"] = average(both)
     weights["weighted merge 0.6/0.4"] = average(both, [0.6, 0.4])
     weights["TIES merge (density 0.5)"] = ties_merge(base_file, both, density=0.5)
+    # Averages halve each domain's task vector; task arithmetic adds both in full
+    # (Ilharco et al. 2023): base + (A - base) + (B - base).
+    a, b, base_w = weights["SFT A (navy)"], weights["SFT B (dark green)"], weights["base"]
+    weights["task arithmetic A + B - base"] = {k: a[k] + b[k] - base_w[k] for k in base_w}
 
     module = load_stage_module(job, 0)  # the pretrained text table for every model
     style_prompts = {}
