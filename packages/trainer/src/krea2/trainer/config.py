@@ -277,7 +277,7 @@ class ObserveConfig:
     sample_seeds: list[int] = field(default_factory=lambda: [0])
     sample_steps: int = 20
     sample_cfg: float = 2.0
-    prometheus_port: int | None = None  # rank r serves port + r
+    prometheus_port: int | None = None  # local rank r serves port + r
     peak_tflops: float = 0.0  # per device, for MFU; 0 leaves MFU out
     eval_batches: int = 4
     eval_times: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])

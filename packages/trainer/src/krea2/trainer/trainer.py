@@ -87,12 +87,13 @@ class Trainer:
         self.latents = LatentCache(cfg.data.cache_latents)
         self.reports = StageReports(cfg, self.env, self.metrics, self.ae, self.run_dir)
         self._exporter = None
+        # straggler scores; when launched, a hang bundle and GPU telemetry (krea2.infra)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if cfg.observe.prometheus_port is not None:
             from krea2.infra.metrics import start_exporter
 
-            self._exporter = start_exporter(cfg.observe.prometheus_port + self.env.rank)
-        # straggler scores; when launched, a hang bundle and GPU telemetry (krea2.infra)
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            # by local rank: every pod of a multi-node run serves the same ports
+            self._exporter = start_exporter(cfg.observe.prometheus_port + local_rank)
         self.health = RankHealth(self.env.rank, self.env.world, local_rank, cfg.parallel.timeout_s)
 
     def _done_marker(self, stage: StageConfig) -> Path:
