@@ -87,6 +87,7 @@ _PUBLIC: dict[str, str] = {
     "flag_cluster": "review",
     "decide_cluster": "review",
     "VlmClient": "vlm",
+    "image_part": "vlm",
     "VlmUnavailable": "vlm",
     "LabelTask": "distill",
     "LinearHead": "distill",

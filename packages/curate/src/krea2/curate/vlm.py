@@ -91,8 +91,9 @@ class VlmClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(headers=headers, timeout=timeout_s)
 
-    def chat(self, messages: Messages) -> str:
-        """The first choice's text; ``VlmUnavailable`` after ``retries`` retries."""
+    def chat(self, messages: Messages, **params: Any) -> str:
+        """The first choice's text; ``VlmUnavailable`` after ``retries`` retries. ``params``
+        override request fields (e.g. ``max_tokens=4`` for a one-word verdict)."""
         import httpx
 
         body = {
@@ -100,6 +101,7 @@ class VlmClient:
             "messages": messages,
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
+            **params,
         }
         last = ""
         for attempt in range(self.retries + 1):
