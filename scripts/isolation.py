@@ -1,0 +1,249 @@
+"""Install one package's wheel alone, with its declared dependencies only, and prove it runs.
+
+    python3 scripts/isolation.py dit [--work DIR] [--wheels DIR]
+
+For package ``<name>``: build the wheels of ``krea2-<name>`` and of the workspace packages it
+depends on, create a fresh venv, install those wheels with third-party versions constrained
+to uv.lock (``uv export``) but nothing else, then in that venv import every public module,
+run its ``krea2 <cmd> --help`` where it registers a CLI, and check that nothing it must not
+pull in (torch for infra/krablet/curate, vLLM without the extra) was installed or imported.
+Prints one JSON line with the result; exit 1 on any failure. Used by tests/test_isolation.py
+(slow set), .ci/run and the per-package workflows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workspace import ROOT, dist_name, load, upstream
+
+# Distributions a package must not install without an extra (with the reason).
+FORBIDDEN: dict[str, dict[str, str]] = {
+    "infra": {"torch": "torch is the [torch] extra", "vllm": "no vLLM"},
+    "krablet": {"torch": "the warehouse installs without torch", "vllm": "no vLLM"},
+    "curate": {"torch": "torch is the [embed] extra", "vllm": "no vLLM"},
+    "dit": {"vllm": "no vLLM"},
+    "trainer": {"vllm": "no vLLM"},
+    "rl": {"vllm": "no vLLM"},
+    "expander": {"vllm": "vLLM is the [vllm] extra"},
+}
+
+# Runs inside the fresh venv: import every public module, report what failed and what loaded.
+_PROBE = r"""
+import importlib, json, pkgutil, sys, traceback
+name, extra_modules = sys.argv[1], set(json.loads(sys.argv[2]))
+needs_extra, failures = {}, {}
+
+def attempt(label, load):
+    # An import that fails only because an optional extra is absent is expected: record it.
+    try:
+        load()
+        return True
+    except ImportError as exc:
+        missing = (getattr(exc, "name", None) or "").split(".")[0]
+        if type(exc).__name__ == "MissingExtraError" or missing in extra_modules:
+            needs_extra[label] = f"{type(exc).__name__}: {exc}"
+        else:
+            failures[label] = traceback.format_exc(limit=3)
+    except Exception:
+        failures[label] = traceback.format_exc(limit=3)
+    return False
+
+root = importlib.import_module(f"krea2.{name}")
+modules = [root.__name__]
+for info in pkgutil.walk_packages(root.__path__, prefix=f"krea2.{name}.", onerror=lambda n: None):
+    if any(p.startswith("_") for p in info.name.split(".")):  # private and __main__: not API
+        continue
+    if attempt(info.name, lambda: importlib.import_module(info.name)):
+        modules.append(info.name)
+for export in getattr(root, "__all__", []):
+    attempt(f"krea2.{name}.{export}", lambda: getattr(root, export))
+print(json.dumps({"modules": modules, "failures": failures, "needs_extra": needs_extra,
+                  "loaded": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+# Import names that differ from their distribution's name.
+MODULE_OF = {
+    "pyyaml": "yaml",
+    "nvidia-ml-py": "pynvml",
+    "opencv-python-headless": "cv2",
+    "pillow": "PIL",
+    "faiss-cpu": "faiss",
+    "psycopg-pool": "psycopg_pool",
+}
+
+
+def optional_modules(packages: dict, names: list[str]) -> set[str]:
+    """Import names of the distributions that only the extras of ``names`` bring."""
+    dists = {dist_name(s) for n in names for specs in packages[n].extras.values() for s in specs}
+    base = {dist_name(s) for n in names for s in packages[n].dependencies}
+    return {MODULE_OF.get(d, d.replace("-", "_")) for d in dists - base}
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, **kw)
+
+
+def checked(cmd: list[str], **kw) -> str:
+    proc = run(cmd, **kw)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def build_wheels(names: list[str], out: Path, root: Path = ROOT) -> dict[str, Path]:
+    """``uv build --wheel`` each package into ``out`` (reused when already built)."""
+    packages = load(root)
+    wheels: dict[str, Path] = {}
+    for name in names:
+        pkg = packages[name]
+        wheel = out / f"krea2_{name}-{pkg.version}-py3-none-any.whl"
+        if not wheel.exists():
+            checked(
+                ["uv", "build", "--package", pkg.dist, "--wheel", "--out-dir", str(out), "-q"],
+                cwd=root,
+            )
+        if not wheel.exists():
+            raise RuntimeError(f"uv build did not produce {wheel.name} in {out}")
+        wheels[name] = wheel
+    return wheels
+
+
+def lock_constraints(name: str, out: Path, root: Path = ROOT) -> Path:
+    """The locked third-party versions of ``krea2-<name>``'s dependencies, as a constraints file."""
+    path = out / f"constraints-{name}.txt"
+    checked(
+        [
+            "uv",
+            "export",
+            "--frozen",
+            "--package",
+            f"krea2-{name}",
+            "--no-dev",
+            "--all-extras",
+            "--no-emit-workspace",
+            "--no-hashes",
+            "--no-header",
+            "-o",
+            str(path),
+            "-q",
+        ],
+        cwd=root,
+    )
+    return path
+
+
+def fresh_venv(path: Path) -> Path:
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    checked(["uv", "venv", "-q", "--clear", "--python", py, str(path)])
+    return path / "bin" / "python"
+
+
+def installed(python: Path) -> set[str]:
+    out = checked(["uv", "pip", "list", "--python", str(python), "--format", "json"])
+    return {row["name"].lower() for row in json.loads(out)}
+
+
+def cli_commands(name: str, root: Path = ROOT) -> list[str]:
+    """The ``krea2 <cmd>`` sub-commands ``krea2-<name>`` registers (entry points ``krea2.cli``)."""
+    project = tomllib.loads((root / "packages" / name / "pyproject.toml").read_text())["project"]
+    return sorted(project.get("entry-points", {}).get("krea2.cli", {}))
+
+
+def check(name: str, work: Path, wheels_dir: Path, root: Path = ROOT) -> dict:
+    """Install ``krea2-<name>`` alone into ``work/venv-<name>``, check it, return the result."""
+    start = time.monotonic()
+    packages = load(root)
+    needed = [n for n in packages if n == name or n in upstream(packages, name)]
+    wheels = build_wheels(needed, wheels_dir, root)
+    python = fresh_venv(work / f"venv-{name}")
+    constraints = lock_constraints(name, work, root)
+    checked(
+        [
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(python),
+            "-c",
+            str(constraints),
+            *(str(wheels[n]) for n in needed),
+        ]
+    )
+    result: dict = {"package": name, "problems": []}
+    dists = installed(python)
+    result["installed"] = len(dists)
+    for dist, why in FORBIDDEN[name].items():
+        if dist in dists:
+            result["problems"].append(f"installs {dist} ({why})")
+    ours = {d for d in dists if d.startswith("krea2-")}
+    if ours != {f"krea2-{n}" for n in needed}:
+        result["problems"].append(f"krea2 distributions {sorted(ours)}, expected {needed}")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONNOUSERSITE": "1"}
+    env.pop("PYTHONPATH", None)
+    extra_modules = sorted(optional_modules(packages, [*needed]))
+    probe = run([str(python), "-c", _PROBE, name, json.dumps(extra_modules)], env=env, cwd=work)
+    if probe.returncode != 0:
+        result["problems"].append(f"import krea2.{name} failed:\n{probe.stderr[-3000:]}")
+    else:
+        report = json.loads(probe.stdout.strip().splitlines()[-1])
+        result["modules"] = len(report["modules"])
+        for module, trace in report["failures"].items():
+            result["problems"].append(f"import {module} failed:\n{trace}")
+        result["needs_extra"] = report["needs_extra"]
+        for dist in FORBIDDEN[name]:
+            if dist in report["loaded"]:
+                result["problems"].append(f"importing krea2.{name} loads {dist}")
+    krea2 = python.parent / "krea2"
+    commands = cli_commands(name, root)
+    result["cli"] = []
+    for cmd in ([[]] if name == "infra" else []) + [[c] for c in commands]:
+        proc = run([str(krea2), *cmd, "--help"], env=env, cwd=work)
+        label = " ".join(["krea2", *cmd, "--help"])
+        result["cli"].append(label)
+        if proc.returncode != 0 or "Usage" not in proc.stdout:
+            result["problems"].append(f"{label} exit {proc.returncode}:\n{proc.stderr[-2000:]}")
+        elif name != "infra" and cmd and cmd[0] not in run([str(krea2), "--help"], env=env).stdout:
+            result["problems"].append(f"krea2 --help does not list {cmd[0]}")
+    result["seconds"] = round(time.monotonic() - start, 1)
+    result["ok"] = not result["problems"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("packages", nargs="+", help="package names, e.g. infra dit")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--wheels", type=Path, help="wheel directory (default: WORK/wheels)")
+    args = parser.parse_args(argv)
+    known = load()
+    unknown = [p for p in args.packages if p not in known]
+    if unknown:
+        parser.error(f"unknown package(s) {unknown}; choose from {list(known)}")
+    with tempfile.TemporaryDirectory(prefix="krea2-isolation-") as tmp:
+        work = (args.work or Path(tmp)).resolve()
+        wheels = (args.wheels or work / "wheels").resolve()
+        wheels.mkdir(parents=True, exist_ok=True)
+        failed = 0
+        for name in args.packages:
+            result = check(name, work, wheels)
+            print(json.dumps({k: v for k, v in result.items() if k != "problems"}))
+            for problem in result["problems"]:
+                print(f"  {name}: {problem}", file=sys.stderr)
+            failed += not result["ok"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
