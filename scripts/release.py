@@ -88,7 +88,8 @@ def dated_changelog(text: str, path: Path, version: str, today: dt.date) -> str:
             f"{path} has no entry for {version}: list the changes as '- ...' lines under "
             f"'{UNRELEASED}' (or under '## [{version}]') and run again"
         )
-    return text.replace(UNRELEASED, f"{UNRELEASED}\n\n## [{version}] - {today.isoformat()}", 1)
+    heading = re.compile(rf"^{re.escape(UNRELEASED)}$", re.M)  # the heading, not a mention
+    return heading.sub(f"{UNRELEASED}\n\n## [{version}] - {today.isoformat()}", text, count=1)
 
 
 def note_unreleased(text: str, line: str) -> str:
