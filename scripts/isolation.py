@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +26,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workspace import ROOT, dist_name, load, upstream
+from workspace import ROOT, Package, dist_name, load, upstream
 
 # Distributions a package must not install without an extra (with the reason).
 FORBIDDEN: dict[str, dict[str, str]] = {
@@ -149,9 +151,10 @@ def fresh_venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
-def installed(python: Path) -> set[str]:
+def installed(python: Path) -> dict[str, str]:
+    """Distribution name -> version in the venv of ``python``."""
     out = checked(["uv", "pip", "list", "--python", str(python), "--format", "json"])
-    return {row["name"].lower() for row in json.loads(out)}
+    return {row["name"].lower(): row["version"] for row in json.loads(out)}
 
 
 def cli_commands(name: str, root: Path = ROOT) -> list[str]:
@@ -160,29 +163,78 @@ def cli_commands(name: str, root: Path = ROOT) -> list[str]:
     return sorted(project.get("entry-points", {}).get("krea2.cli", {}))
 
 
-def check(name: str, work: Path, wheels_dir: Path, root: Path = ROOT) -> dict:
-    """Install ``krea2-<name>`` alone into ``work/venv-<name>``, check it, return the result."""
+LOWER_BOUND = re.compile(r"^(krea2-[a-z]+)(\[[^\]]*\])?>=(\d+\.\d+\.\d+)$")
+
+
+def lower_bounds(pkg: Package) -> dict[str, tuple[str, str]]:
+    """Workspace dependency name -> (its requirement string, its lower bound)."""
+    found = {}
+    for spec in pkg.dependencies:
+        dist = dist_name(spec)
+        if dist.startswith("krea2-"):
+            match = LOWER_BOUND.match(spec.replace(" ", ""))
+            if match is None:
+                raise RuntimeError(f"{pkg.pyproject}: {spec!r} has no lower bound >=X.Y.Z")
+            found[dist.removeprefix("krea2-")] = (spec, match.group(3))
+    return found
+
+
+def wheel_at(name: str, version: str, out: Path, root: Path = ROOT) -> Path:
+    """``krea2-<name>`` at ``version`` as a wheel, built from the tree or its release tag."""
+    wheel = out / f"krea2_{name}-{version}-py3-none-any.whl"
+    if wheel.exists():
+        return wheel
+    if load(root)[name].version == version:
+        return build_wheels([name], out, root)[name]
+    tag = f"krea2-{name}-v{version}"
+    with tempfile.TemporaryDirectory(prefix=f"krea2-{tag}-") as tmp:
+        archive = run(["git", "-C", str(root), "archive", "--format=tar", tag])
+        if archive.returncode != 0:
+            raise RuntimeError(f"lower bound {version} of krea2-{name} has no release tag {tag}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, text=True, check=True)
+        checked(["uv", "build", f"{tmp}/packages/{name}", "--wheel", "--out-dir", str(out), "-q"])
+    return wheel
+
+
+def check(
+    name: str, work: Path, wheels_dir: Path, root: Path = ROOT, *, lowest: bool = False
+) -> dict:
+    """Install ``krea2-<name>`` alone into ``work/venv-<name>``, check it, return the result.
+
+    With ``lowest``, its workspace dependencies are resolved with ``--resolution
+    lowest-direct`` from wheels at their declared lower bounds (third-party packages stay
+    at the lock's versions) and must install at exactly those bounds.
+    """
     start = time.monotonic()
     packages = load(root)
     needed = [n for n in packages if n == name or n in upstream(packages, name)]
     wheels = build_wheels(needed, wheels_dir, root)
-    python = fresh_venv(work / f"venv-{name}")
+    python = fresh_venv(work / f"venv-{name}{'-lowest' if lowest else ''}")
     constraints = lock_constraints(name, work, root)
-    checked(
-        [
-            "uv",
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(python),
-            "-c",
-            str(constraints),
-            *(str(wheels[n]) for n in needed),
-        ]
-    )
-    result: dict = {"package": name, "problems": []}
-    dists = installed(python)
+    install = ["uv", "pip", "install", "-q", "--python", str(python), "-c", str(constraints)]
+    bounds = lower_bounds(packages[name])
+    if lowest:
+        links = work / f"lowest-{name}"
+        links.mkdir(exist_ok=True)
+        for dep, (_, version) in bounds.items():
+            shutil.copy(wheel_at(dep, version, wheels_dir, root), links)
+        for other in needed:  # transitive workspace packages: any version, the newest wins
+            shutil.copy(wheels[other], links)
+        install += ["--find-links", str(links), "--resolution", "lowest-direct"]
+        checked([*install, str(wheels[name]), *(spec for spec, _ in bounds.values())])
+    else:
+        checked([*install, *(str(wheels[n]) for n in needed)])
+    result: dict = {"package": name, "problems": [], "lowest": lowest}
+    versions = installed(python)
+    dists = set(versions)
+    if lowest:
+        result["bounds"] = {dep: version for dep, (_, version) in bounds.items()}
+        for dep, (_, version) in bounds.items():
+            if versions.get(f"krea2-{dep}") != version:
+                result["problems"].append(
+                    f"lowest-direct installed krea2-{dep} {versions.get(f'krea2-{dep}')}, "
+                    f"expected its lower bound {version}"
+                )
     result["installed"] = len(dists)
     for dist, why in FORBIDDEN[name].items():
         if dist in dists:
@@ -226,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("packages", nargs="+", help="package names, e.g. infra dit")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
     parser.add_argument("--wheels", type=Path, help="wheel directory (default: WORK/wheels)")
+    parser.add_argument(
+        "--lowest", action="store_true", help="workspace deps at their lower bounds (lowest-direct)"
+    )
     args = parser.parse_args(argv)
     known = load()
     unknown = [p for p in args.packages if p not in known]
@@ -237,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         wheels.mkdir(parents=True, exist_ok=True)
         failed = 0
         for name in args.packages:
-            result = check(name, work, wheels)
+            result = check(name, work, wheels, lowest=args.lowest)
             print(json.dumps({k: v for k, v in result.items() if k != "problems"}))
             for problem in result["problems"]:
                 print(f"  {name}: {problem}", file=sys.stderr)
