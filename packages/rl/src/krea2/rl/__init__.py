@@ -1,11 +1,13 @@
-"""krea2.rl: rewards and reward servers, preference pairs, Diffusion-DPO and STPO.
+"""krea2.rl: rewards and reward servers, preference pairs, Diffusion-DPO and STPO, GRPO.
 
-Two parts, each a sub-package with its own ``__all__``:
+Three parts, each a sub-package with its own ``__all__``:
 
 * ``krea2.rl.rewards``: the reward contract (images + prompts → one score per image and
   named sub-scores), the reward kinds, their composition, and reward servers/clients;
 * ``krea2.rl.preference``: preference pairs (on-policy generation, the pairs table, the
-  annotation page) and preference optimization (Diffusion-DPO, STPO) on the trainer.
+  annotation page) and preference optimization (Diffusion-DPO, STPO) on the trainer;
+* ``krea2.rl.grpo``: multi-reward RL without CFG (GRPO on SDE rollouts, DiffusionNFT),
+  prompt-pool curation and reward-hacking guards, on the trainer.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_HOMES: dict[str, str | None] = {"rewards": None, "preference": None}
+_HOMES: dict[str, str | None] = {"rewards": None, "preference": None, "grpo": None}
 
 __all__ = sorted(_HOMES)
 

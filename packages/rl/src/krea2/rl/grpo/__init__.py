@@ -1,0 +1,52 @@
+"""krea2.rl.grpo: multi-reward RL of a flow DiT without CFG: GRPO on SDE rollouts with
+per-step log-probabilities, and DiffusionNFT on the same rollouts, on ``krea2.trainer``'s
+loop (see docs/rl.md: the ODE→SDE derivation for t = 1-is-noise, the objectives, GDPO).
+"""
+
+from __future__ import annotations
+
+from krea2.infra.lazy import lazy_exports
+
+_HOMES: dict[str, str | None] = {
+    # rollouts
+    "Rollout": "sde",
+    "sde_rollout": "sde",
+    "step_log_prob": "sde",
+    "transition": "sde",
+    "log_prob": "sde",
+    "sigma_at": "sde",
+    "window_sigmas": "sde",
+    # advantages and losses
+    "Aggregation": "advantages",
+    "advantages": "advantages",
+    "group_z": "advantages",
+    "gdpo_sum": "advantages",
+    "grpo_terms": "loss",
+    "gaussian_kl": "loss",
+    "nft_terms": "loss",
+    "optimality": "loss",
+    # pool curation and guards
+    "PromptRecord": "pool",
+    "curate_pool": "pool",
+    "kept_prompts": "pool",
+    "reason_counts": "pool",
+    "pool_statistics": "pool",
+    "gate_rewards": "guards",
+    # training
+    "GrpoConfig": "config",
+    "RlObjective": "config",
+    "GrpoObjective": "objective",
+    "export_prompt_shards": "prompts",
+    "RlRunConfig": "train",
+    "rl_job": "train",
+    "train_rl": "train",
+    "run_from_config": "train",
+    # the demo's RL stage
+    "RlStageSettings": "stage",
+    "rl_stage": "stage",
+    "shapes_rewards": "stage",
+}
+
+__all__ = sorted(_HOMES)
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

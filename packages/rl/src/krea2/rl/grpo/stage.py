@@ -1,0 +1,310 @@
+"""The RL stage of the demo and its proof: GRPO or DiffusionNFT from a pretrained stage on
+ShapesWorld-style prompts, measured with and without CFG on held-out prompts.
+
+Everything is left under ``work`` and reused by a rerun: the artifact reward's head, the
+curated prompt pool (``pool.json``, with why each prompt was dropped), the pretrained
+model's evaluation, the run (resumed from its newest checkpoint) and the result
+(``<name>.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from krea2.rl.grpo.advantages import Aggregation
+from krea2.rl.grpo.config import GrpoConfig, RlObjective
+from krea2.trainer import JobConfig
+
+CURVE_KEYS = ("step", "rollout_images", "seconds", "loss", "reward_rubric", "reward_artifact",
+              "eval_shapes", "eval_all_correct", "eval_artifact", "first_ratio_max_dev",
+              "clip_fraction", "flat_groups")  # fmt: skip
+
+
+@dataclass
+class RlStageSettings:
+    """How big the RL stage is (a demo recipe's ``[rl]`` table; docs/rl.md).
+
+    Pool: up to ``max_train_prompts`` training prompts, curated from ``pool_samples``
+    no-CFG samples each (dropped: always solved, never solved, no variance). Training:
+    ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``;
+    the objective and rollouts as :class:`GrpoConfig` (rewards: the rubric verifier and the
+    artifact reward with ``artifact_weight``). Evaluation: the held-out prompts x
+    ``eval_seeds`` in ``eval_steps`` Euler steps, without CFG every ``eval_every`` steps
+    (the curves) and at the start and end also with CFG ``eval_cfg``."""
+
+    objective: str = "nft"
+    steps: int = 60
+    prompts_per_step: int = 8
+    group_size: int = 8
+    lr: float = 3e-4
+    max_train_prompts: int = 64
+    pool_samples: int = 4
+    sample_steps: int = 10
+    noise_level: float = 0.7
+    window_size: int = 2
+    window_start_max: int = 3
+    micro_batch: int = 32
+    clip: float = 0.01
+    kl_beta: float = 0.0
+    inner_steps: int = 1
+    nft_beta: float = 1.0
+    nft_times: int = 1
+    aggregation: str = "gdpo"
+    artifact_weight: float = 0.5
+    artifact_gate: float | None = None
+    artifact_bound: float | None = 0.1
+    shared_noise: bool = False
+    lora_rank: int = 0
+    eval_every: int = 10
+    eval_steps: int = 20
+    eval_cfg: float = 3.0
+    eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    checkpoint_every: int = 20
+
+    def grpo(self) -> GrpoConfig:
+        return GrpoConfig(
+            objective=RlObjective(self.objective), group_size=self.group_size,
+            shared_noise=self.shared_noise, sample_steps=self.sample_steps,
+            noise_level=self.noise_level,
+            window_size=self.window_size if self.objective == "grpo" else 0,
+            window_start_max=self.window_start_max if self.objective == "grpo" else 0,
+            micro_batch=self.micro_batch,
+            rewards={"rubric": "rubric", "artifact": "artifact"},
+            weights={"rubric": 1.0, "artifact": self.artifact_weight},
+            aggregation=Aggregation(self.aggregation), artifact_gate=self.artifact_gate,
+            artifact_bound=self.artifact_bound, inner_steps=self.inner_steps, clip=self.clip,
+            kl_beta=self.kl_beta, nft_beta=self.nft_beta, nft_times=self.nft_times,
+        )  # fmt: skip
+
+
+def shapes_rewards(work: Path) -> dict:
+    """The ShapesWorld rewards: ``rubric`` (the verifier, no OCR) and ``artifact`` (its
+    head trained once into ``work/artifact.npz``, ~10 s)."""
+    from krea2.rl.rewards import ArtifactReward, ShapesRubricReward, train_artifact_reward
+
+    path = Path(work) / "artifact.npz"
+    if path.exists():
+        artifact = ArtifactReward.load(path)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        artifact = train_artifact_reward(n=400, seed=0, path=path, epochs=200)
+    return {"rubric": ShapesRubricReward(ocr=False), "artifact": artifact}
+
+
+def _cached(path: Path, make):  # type: ignore[no-untyped-def]
+    if path.exists():
+        return json.loads(path.read_text())
+    value = make()
+    _write_json(path, value)
+    return value
+
+
+def _write_json(path: Path, data) -> None:  # type: ignore[no-untyped-def]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.rename(path)
+
+
+def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, rewards) -> dict:
+    """ShapesEval (score, all-requirements-correct rate, by kind) against ``targets`` and
+    the mean artifact reward of images uint8 [P, S, H, W, 3]."""
+    from krea2.curate.shapes import shapes_eval
+
+    score = shapes_eval(images, list(targets))
+    flat = images.reshape(-1, *images.shape[2:])
+    art = rewards["artifact"](flat, [p for p in prompts for _ in range(images.shape[1])])
+    return {"shapes_eval": score.score, "all_correct": score.all_correct,
+            "by_kind": score.by_kind, "artifact": float(np.mean(art.scores))}  # fmt: skip
+
+
+def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, s: RlStageSettings):
+    """The objective's held-out measure: no-CFG samples of ``prompts`` x ``s.eval_seeds``
+    (the noise of ``krea2.trainer.sample_stage``, so step 0 equals the pretrained eval)."""
+    import torch
+
+    from krea2.dit import euler_sample, flow, seeded_noise, to_uint8
+    from krea2.rl.grpo.objective import autoencoder_of
+    from krea2.trainer import stage_mu
+
+    stage = job.stages[stage_index]
+    box: dict = {}
+
+    def evaluate(module, step: int) -> dict:
+        device = next(module.parameters()).device
+        if "ae" not in box:
+            box["ae"] = autoencoder_of(job, device)
+        ae = box["ae"]
+        dtype = next(module.dit.parameters()).dtype
+        side = stage.resolution
+        f = ae.spatial_factor
+        shape = (ae.latent_channels, side // f, side // f)
+        tokens = (side // (f * module.dit.cfg.patch)) ** 2
+        times = flow.sampling_times(s.eval_steps, stage_mu(stage.time_shift, tokens))
+        module.eval()
+        rows = []
+        for seed in s.eval_seeds:
+            noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
+            x0 = euler_sample(lambda x, t: module(x, t, list(prompts))[0], noise, times)
+            with torch.no_grad():
+                rows.append(to_uint8(ae.decode(x0.float())).numpy())
+        m = measure(np.stack(rows, axis=1), prompts, targets, rewards)
+        return {"shapes": m["shapes_eval"], "all_correct": m["all_correct"],
+                "artifact": m["artifact"]}  # fmt: skip
+
+    return evaluate
+
+
+def rl_stage(
+    pretrain_job: JobConfig,
+    stage_index: int,
+    work: Path,
+    train_prompts: Sequence[str],
+    eval_prompts: Sequence[str],
+    eval_targets: Sequence,
+    settings: RlStageSettings | None = None,
+    name: str | None = None,
+) -> dict:
+    """RL-tune ``pretrain_job.stages[stage_index]`` (finished) on the curated
+    ``train_prompts`` and measure it on ``eval_prompts`` (ShapesEval against
+    ``eval_targets``, with and without CFG); resumable under ``work`` (module docstring).
+    ``name`` (default the objective) names the run directory and result file, so several
+    variants can share one ``work``. Returns JSON-able results: ``pool`` (verdict counts),
+    ``pretrained``/``tuned`` measures ``{"no_cfg": ..., "cfg": ...}`` (``shapes_eval``,
+    ``all_correct``, ``by_kind``, ``artifact``), ``curves`` (per logged step:
+    :data:`CURVE_KEYS`), ``samples`` (``.npy`` uint8 [P, S, H, W, 3], no CFG, tuned and
+    pretrained), ``stopped`` (the guard's reason, if it stopped the run) and ``seconds``."""
+    from krea2.infra.errors import UserError
+    from krea2.rl.grpo.pool import (
+        curate_pool,
+        kept_prompts,
+        pool_statistics,
+        read_records,
+        reason_counts,
+        write_records,
+    )
+    from krea2.rl.grpo.prompts import export_prompt_shards
+    from krea2.rl.grpo.train import rl_job, train_rl
+    from krea2.rl.preference.stage_job import link_pretrained
+    from krea2.trainer import TrainingStopped, sample_stage
+
+    s = settings or RlStageSettings()
+    name = name or s.objective
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    result_path = work / f"{name}.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    if not train_prompts or not eval_prompts:
+        raise UserError("the RL stage needs training prompts and eval prompts")
+    gc = s.grpo()
+    rewards = shapes_rewards(work)
+    seconds: dict[str, float] = {}
+
+    t = time.perf_counter()
+    pool_path = work / "pool.json"
+    prompts = _spread(train_prompts, s.max_train_prompts)
+    if not pool_path.exists():
+        scores = pool_statistics(pretrain_job, stage_index, prompts, rewards["rubric"],
+                                 s.pool_samples, s.sample_steps)  # fmt: skip
+        write_records(pool_path, curate_pool(prompts, scores),
+                      {"samples": s.pool_samples, "steps": s.sample_steps, "cfg": 0.0})  # fmt: skip
+    records = read_records(pool_path)
+    pool = kept_prompts(records) or prompts  # all solved/unsolved: train on them anyway
+    seconds["pool"] = time.perf_counter() - t
+
+    def evaluate(job: JobConfig, index: int, tag: str) -> dict:
+        out = {}
+        for key, scale in (("no_cfg", 0.0), ("cfg", s.eval_cfg)):
+            path = work / f"eval-{tag}-{key}.npy"
+            if not path.exists():
+                images = sample_stage(job, index, list(eval_prompts), list(s.eval_seeds),
+                                      s.eval_steps, scale)  # fmt: skip
+                np.save(path.with_suffix(".tmp.npy"), images)
+                path.with_suffix(".tmp.npy").rename(path)
+            out[key] = measure(np.load(path), eval_prompts, eval_targets, rewards)
+            out[key]["samples"] = str(path)
+        return out
+
+    t = time.perf_counter()
+    before = _cached(work / "eval-pretrained.json",
+                     lambda: evaluate(pretrain_job, stage_index, "pretrained"))  # fmt: skip
+    seconds["eval_pretrained"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    run_dir = work / name
+    shards = work / "prompt-shards"
+    side = pretrain_job.stages[stage_index].resolution
+    if not shards.is_dir():
+        tmp = work / "prompt-shards.tmp"
+        export_prompt_shards(pool, tmp, side, s.prompts_per_step)
+        tmp.rename(shards)
+    job = rl_job(pretrain_job, stage_index, run_dir, shards, s.steps, s.prompts_per_step, s.lr,
+                 0, s.lora_rank, s.checkpoint_every, 1)  # fmt: skip
+    hook = make_eval_hook(job, len(job.stages) - 1, list(eval_prompts), list(eval_targets),
+                          rewards, s)  # fmt: skip
+    stopped = None
+    done = run_dir / "checkpoints" / "rl.done"
+    if not done.exists():
+        link_pretrained(pretrain_job, stage_index, run_dir)
+        try:
+            train_rl(job, gc, rewards, resume=True, evaluate=hook, eval_every=s.eval_every)
+        except TrainingStopped as exc:
+            stopped = str(exc)
+            _write_json(run_dir / "stopped.json", {"reason": stopped})
+    elif (run_dir / "stopped.json").exists():
+        stopped = json.loads((run_dir / "stopped.json").read_text())["reason"]
+    seconds["train"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    after = evaluate(job, len(job.stages) - 1, name)
+    seconds["eval_tuned"] = time.perf_counter() - t
+    result = {
+        "name": name,
+        "objective": s.objective,
+        "pool": reason_counts(records),
+        "pool_prompts": len(pool),
+        "pretrained": before,
+        "tuned": after,
+        "curves": curves(run_dir),
+        "stopped": stopped,
+        "seconds": seconds,
+        "settings": asdict(s),
+    }
+    _write_json(result_path, result)
+    return result
+
+
+def curves(run_dir: Path) -> dict[str, list]:
+    """The RL stage's logged rows per key of :data:`CURVE_KEYS` (None where a row lacks
+    it: eval numbers exist only on eval steps); ``rollout_images`` and ``seconds`` are
+    cumulative (a resumed run's repeated steps counted once, the last)."""
+    from krea2.trainer import read_metrics
+
+    path = Path(run_dir) / "metrics.jsonl"
+    rows: dict[int, dict] = {}
+    for row in read_metrics(path) if path.exists() else []:
+        if row.get("kind") == "train" and row.get("stage") == "rl":
+            rows[row["step"]] = row
+    ordered = [rows[k] for k in sorted(rows)]
+    out: dict[str, list] = {k: [] for k in CURVE_KEYS}
+    images = seconds = 0.0
+    for r in ordered:
+        images += r.get("rollout_images", 0)
+        seconds += r.get("step_time", 0.0)
+        for k in CURVE_KEYS:
+            value = {"rollout_images": images, "seconds": seconds}.get(k, r.get(k))
+            out[k].append(value)
+    return out
+
+
+def _spread(items: Sequence[str], most: int) -> list[str]:
+    if len(items) <= most:
+        return list(items)
+    index = np.unique(np.linspace(0, len(items) - 1, most).round().astype(int))
+    return [items[i] for i in index]

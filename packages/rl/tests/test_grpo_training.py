@@ -1,0 +1,187 @@
+"""GRPO and DiffusionNFT on the trainer's loop, through ``krea2 rl grpo``'s torchrun entry:
+the first inner step's importance ratio is exactly 1, the metrics are logged, a killed run
+resumes to the same numbers (rollout RNG included), and 2 gloo ranks equal 1 rank."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from krea2.trainer import read_metrics, write_toy_shards
+
+STEPS = 3
+
+
+def _launch(nproc: int, module: str, *args: str) -> subprocess.Popen:
+    """``nproc`` ranks of ``python -m MODULE ARGS`` with torchrun's environment, in one new
+    process group (one SIGKILL stops them all)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import os, subprocess, sys\n"
+        "n = int(sys.argv[1]); procs = []\n"
+        "for r in range(n):\n"
+        "    env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),\n"
+        f"               LOCAL_WORLD_SIZE=str(n), MASTER_ADDR='127.0.0.1', MASTER_PORT='{port}')\n"
+        f"    procs.append(subprocess.Popen([sys.executable, '-m', '{module}', *sys.argv[2:]],"
+        " env=env))\n"
+        "codes = [p.wait() for p in procs]\n"
+        "sys.exit(next((c for c in codes if c), 0))\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(nproc), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"),
+    )
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A toy run (2 blocks, width 64, 32 px) trained 1 step: the start of every RL run."""
+    root = tmp_path_factory.mktemp("pretrained")
+    write_toy_shards(root / "shards", 16, (32, 32), files=1, batch_size=8)
+    job = root / "job.toml"
+    job.write_text(f"""
+run_dir = "{root / "run"}"
+seed = 0
+[model]
+name = "toy"
+[model.overrides]
+depth = 2
+width = 64
+mlp_hidden = 128
+time_dim = 64
+text_dim = 32
+text_mlp_hidden = 64
+[text]
+max_tokens = 16
+[parallel]
+threads = 1
+deterministic = true
+[data]
+workers = 0
+[checkpoint]
+every = 0
+[[stages]]
+name = "base"
+data = ["{root / "shards"}/*.parquet"]
+init_from = "none"
+steps = 1
+batch_size = 8
+""")
+    out, _ = (proc := _launch(1, "krea2.trainer", "--config", str(job))).communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    return root / "run"
+
+
+def _config(root: Path, pretrained: Path, objective: str = "grpo", every: int = 1) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    prompts = root / "prompts.txt"
+    prompts.write_text("".join(f"blob {i} in cell {i % 9}\n" for i in range(8)))
+    path = root / "rl.toml"
+    path.write_text(f"""
+pretrained = "{pretrained}"
+run_dir = "{root / "run"}"
+prompts_file = "{prompts}"
+steps = {STEPS}
+prompts_per_step = 2
+lr = 1e-3
+checkpoint_every = {every}
+[grpo]
+objective = "{objective}"
+group_size = 4
+sample_steps = 4
+window_size = 2
+window_start_max = 1
+micro_batch = 4
+inner_steps = 2
+clip = 0.2
+kl_beta = 0.1
+aggregation = "gdpo"
+rewards = {{ smooth = "smooth", rubric = "rubric" }}
+weights = {{ smooth = 1.0, rubric = 0.5 }}
+""")
+    return path
+
+
+def _rows(run: Path) -> list[dict]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory, pretrained) -> list[dict]:
+    cfg = _config(tmp_path_factory.mktemp("single"), pretrained)
+    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg))).communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    return _rows(cfg.parent / "run")
+
+
+def test_first_inner_step_ratio_is_one_and_metrics_are_logged(single_run):
+    assert [r["step"] for r in single_run] == list(range(STEPS))
+    for row in single_run:
+        # recomputed with the rollout's arithmetic and batch rows: exactly the same
+        assert row["first_ratio_max_dev"] <= 1e-6, row
+        for key in ("loss", "kl", "ratio_mean", "clip_fraction", "reward_smooth",
+                    "reward_rubric", "time_rollout", "time_reward", "time_train"):  # fmt: skip
+            assert math.isfinite(row[key]), key
+        assert row["rollout_images"] == 8
+    # the second minibatch of a step sees updated weights: its ratio moved off 1
+    assert any(abs(r["ratio_mean"] - 1) > 1e-7 for r in single_run)
+    assert single_run[0]["kl"] == pytest.approx(0, abs=1e-9)  # the policy starts at the ref
+
+
+def test_nft_objective_trains_on_the_same_loop(tmp_path, pretrained):
+    cfg = _config(tmp_path, pretrained, "nft")
+    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--set",
+                              "grpo.window_size=0", "--set", "grpo.window_start_max=0",
+                              "--set", "grpo.kl_beta=0")).communicate(timeout=300)  # fmt: skip
+    assert proc.returncode == 0, out[-3000:]
+    rows = _rows(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(STEPS))
+    assert all(math.isfinite(r["loss"]) and 0 <= r["optimality_mean"] <= 1 for r in rows)
+
+
+@pytest.mark.slow
+def test_kill_and_resume_repeats_the_rollouts_and_losses(tmp_path, pretrained, single_run):
+    cfg = _config(tmp_path, pretrained)
+    proc = _launch(1, "krea2.rl.grpo.train", str(cfg))
+    deadline = time.time() + 300
+    while not ((tmp_path / "run" / "metrics.jsonl").exists() and _rows(tmp_path / "run")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--resume")).communicate(
+        timeout=300
+    )
+    assert proc.returncode == 0, out[-3000:]
+    by_step = {r["step"]: r for r in _rows(tmp_path / "run")}
+    assert sorted(by_step) == list(range(STEPS))
+    for ref in single_run:
+        for key in ("loss", "reward_smooth", "ratio_mean", "kl"):
+            assert by_step[ref["step"]][key] == pytest.approx(ref[key], rel=1e-5, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, pretrained, single_run):
+    cfg = _config(tmp_path, pretrained, every=0)
+    out, _ = (proc := _launch(2, "krea2.rl.grpo.train", str(cfg))).communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    rows = _rows(tmp_path / "run")
+    assert len(rows) == STEPS
+    for a, b in zip(single_run, rows, strict=True):
+        assert b["first_ratio_max_dev"] <= 1e-6
+        for key in ("loss", "reward_smooth", "reward_rubric", "ratio_mean", "kl", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
