@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from krea2.rl.grpo.advantages import Aggregation
+from krea2.rl.grpo.advantage import Aggregation
 
 
 class RlObjective(StrEnum):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from krea2.dit import flow
-from krea2.rl.grpo.advantages import Aggregation, advantages, batch_moments, gdpo_sum
+from krea2.rl.grpo.advantage import Aggregation, advantages, batch_moments, gdpo_sum
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.rl.grpo.guards import gate_rewards
 from krea2.rl.grpo.loss import gaussian_kl, grpo_terms, nft_terms, optimality

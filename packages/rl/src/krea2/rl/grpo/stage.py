@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from krea2.rl.grpo.advantages import Aggregation
+from krea2.rl.grpo.advantage import Aggregation
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
 

@@ -1,0 +1,204 @@
+"""The GRPO/DiffusionNFT pieces on their own: the SDE transition and its log-probability,
+the importance ratio of a recomputed step, advantages (sum and GDPO), the losses, the
+prompt-pool verdicts, the artifact gate and the settings' checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from krea2.dit import flow
+from krea2.infra.errors import UserError
+from krea2.rl.grpo import (
+    GrpoConfig,
+    advantages,
+    curate_pool,
+    export_prompt_shards,
+    gate_rewards,
+    gaussian_kl,
+    group_z,
+    grpo_terms,
+    log_prob,
+    nft_terms,
+    optimality,
+    reason_counts,
+    sde_rollout,
+    step_log_prob,
+    transition,
+)
+from krea2.rl.grpo.advantage import batch_moments, gdpo_sum
+
+
+class TinyVelocity(torch.nn.Module):
+    """A conv net v(x, t) with a time input: enough to make the ratio test non-trivial."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * (1 + t.view(-1, 1, 1, 1))
+
+
+def test_transition_is_the_sde_euler_maruyama_step_and_euler_without_noise():
+    g = torch.Generator().manual_seed(0)
+    x, v = torch.randn(2, 3, 4, 4, generator=g), torch.randn(2, 3, 4, 4, generator=g)
+    t, t_next, sigma = 0.6, 0.5, 0.4
+    mean, std = transition(x, v, t, t_next, sigma)
+    # drift v + σ²/(2t)(x + (1-t)v) integrated backwards over Δ = 0.1
+    expect = x - 0.1 * (v + sigma**2 / (2 * t) * (x + (1 - t) * v))
+    torch.testing.assert_close(mean, expect)
+    assert std == pytest.approx(sigma * math.sqrt(0.1))
+    euler, zero = transition(x, v, t, t_next, 0.0)
+    torch.testing.assert_close(euler, x + (t_next - t) * v)  # krea2.dit's euler_step
+    assert zero == 0.0
+
+
+def test_the_sde_keeps_the_flow_marginals_for_a_gaussian():
+    # data ~ N(0, s0²): x_t ~ N(0, (1-t)² s0² + t²), v*(x, t) = E[ε - x0 | x] in closed form
+    s0, n = 0.5, 3000
+    times = flow.sampling_times(20, 0.0)
+
+    def velocity(x, t):
+        tt = t.view(-1, 1, 1, 1).double()
+        var = (1 - tt) ** 2 * s0**2 + tt**2
+        return ((tt - (1 - tt) * s0**2) / var * x.double()).float()
+
+    gens = [torch.Generator().manual_seed(i) for i in range(n)]
+    noise = torch.randn(n, 1, 1, 1, generator=torch.Generator().manual_seed(1))
+    ro = sde_rollout(velocity, noise, times, range(1, 19), 0.8, gens)
+    assert float(ro.x0.std()) == pytest.approx(s0, rel=0.08)
+
+
+def test_log_prob_is_the_gaussian_density_averaged_over_elements():
+    g = torch.Generator().manual_seed(1)
+    mean, x = torch.randn(3, 2, 4, 4, generator=g), torch.randn(3, 2, 4, 4, generator=g)
+    expect = torch.distributions.Normal(mean, 0.3).log_prob(x).flatten(1).mean(1)
+    torch.testing.assert_close(log_prob(x, mean, 0.3), expect)
+
+
+def test_recomputed_log_prob_gives_ratio_one_on_the_first_step_and_moves_after_an_update():
+    net = TinyVelocity()
+    times = flow.sampling_times(6, 0.5)
+    gens = [torch.Generator().manual_seed(i) for i in range(4)]
+    noise = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(9))
+    ro = sde_rollout(net, noise, times, [1, 2, 3], 0.7, gens)
+    assert ro.window == [1, 2, 3] and ro.log_probs.shape == (3, 4)
+    for k in range(3):
+        logp, _ = step_log_prob(net, ro, k, slice(0, 4))
+        assert logp.requires_grad
+        ratio = torch.exp(logp - ro.log_probs[k])
+        assert float((ratio.detach() - 1).abs().max()) <= 1e-6
+    with torch.no_grad():
+        net.conv.weight.add_(0.05)
+    logp, _ = step_log_prob(net, ro, 0, slice(0, 4))
+    assert float((torch.exp(logp.detach() - ro.log_probs[0]) - 1).abs().max()) > 1e-4
+
+
+def test_rollouts_of_a_row_do_not_depend_on_its_batch():
+    net = TinyVelocity()
+    times = flow.sampling_times(4, 0.5)
+    noise = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    full = sde_rollout(net, noise, times, [0, 1], 0.7,
+                       [torch.Generator().manual_seed(i) for i in range(4)])  # fmt: skip
+    half = sde_rollout(net, noise[2:], times, [0, 1], 0.7,
+                       [torch.Generator().manual_seed(i) for i in (2, 3)])  # fmt: skip
+    torch.testing.assert_close(full.x0[2:], half.x0, rtol=1e-5, atol=1e-6)
+
+
+def test_sum_and_gdpo_advantages():
+    easy = np.array([[0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    hard = np.array([[0.0, 0.0, 0.01, 0.0], [0.0, 0.02, 0.0, 0.0]])
+    w = {"easy": 1.0, "hard": 1.0}
+    s = advantages({"easy": easy, "hard": hard}, w, "sum")
+    np.testing.assert_allclose(s, group_z(easy + hard))
+    # under the sum the hard reward barely moves prompt 0's advantages; under GDPO its
+    # ranking counts as much as the easy one's
+    g = advantages({"easy": easy, "hard": hard}, w, "gdpo")
+    pre = group_z(easy) + group_z(hard)
+    np.testing.assert_allclose(g, (pre - pre.mean()) / pre.std())
+    assert g[0, 2] - g[0, 1] > 0.5 and s[0, 2] - s[0, 1] < 0.05
+    assert g[1, 1] > g[1, 0]  # prompt 1: the easy reward is flat, the hard one decides
+    np.testing.assert_allclose(group_z(np.ones((2, 3))), 0.0)
+
+
+def test_gdpo_batch_moments_over_ranks_equal_the_whole_batch():
+    rng = np.random.default_rng(0)
+    r = {"a": rng.random((6, 4)), "b": rng.random((6, 4))}
+    w = {"a": 1.0, "b": 0.5}
+    whole = advantages(r, w, "gdpo")
+    parts = [{k: v[:3] for k, v in r.items()}, {k: v[3:] for k, v in r.items()}]
+    moments = np.sum([batch_moments(gdpo_sum(p, w)) for p in parts], axis=0)
+    split = np.concatenate([advantages(p, w, "gdpo", tuple(moments)) for p in parts])
+    np.testing.assert_allclose(split, whole)
+    with pytest.raises(ValueError, match="no weight"):
+        advantages(r, {"a": 1.0}, "sum")
+
+
+def test_grpo_terms_clip_the_ratio_on_the_side_of_the_advantage():
+    logp_old = torch.zeros(4)
+    logp = torch.log(torch.tensor([1.0, 1.5, 0.5, 1.5]))
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    loss, ratio, clipped = grpo_terms(logp, logp_old, adv, clip=0.2)
+    # A > 0: gain capped at 1.2; A < 0: the loss keeps the larger ratio's penalty
+    torch.testing.assert_close(loss, torch.tensor([-1.0, -1.2, 0.8, 1.5]))
+    torch.testing.assert_close(clipped, torch.tensor([0.0, 1.0, 1.0, 1.0]))
+    torch.testing.assert_close(ratio, torch.tensor([1.0, 1.5, 0.5, 1.5]))
+
+
+def test_gaussian_kl_and_nft_gradient_direction():
+    m, m_ref = torch.ones(2, 1, 2, 2), torch.zeros(2, 1, 2, 2)
+    torch.testing.assert_close(gaussian_kl(m, m_ref, 0.5), torch.full((2,), 2.0))
+    target = torch.zeros(3, 1, 2, 2)
+    v_old = torch.ones(3, 1, 2, 2)
+    v = v_old.clone().requires_grad_(True)
+    r = torch.tensor([1.0, 0.5, 0.0])
+    nft_terms(v, v_old, target, r, beta=1.0).sum().backward()
+    # at v = v_old the gradient is 2β(2r − 1)(v − target) / elements: pull, none, push
+    expect = 2 * (2 * r - 1).view(-1, 1, 1, 1) * (v_old - target) / 4
+    torch.testing.assert_close(v.grad, expect)
+    np.testing.assert_allclose(optimality(np.array([-3.0, 0.0, 0.5, 9.0])), [0, 0.5, 0.75, 1])
+
+
+def test_pool_verdicts_and_their_reasons():
+    scores = np.array([[1, 1, 1], [0, 0, 0], [0.5, 0.5, 0.5], [0, 0.5, 1]], np.float64)
+    recs = curate_pool(["solved", "hopeless", "flat", "useful"], scores)
+    assert [r.reason for r in recs] == [
+        "always solved", "never solved", "no reward variance", "kept"
+    ]  # fmt: skip
+    assert reason_counts(recs) == {
+        "kept": 1, "always solved": 1, "never solved": 1, "no reward variance": 1
+    }  # fmt: skip
+    assert recs[3].std == pytest.approx(np.std([0, 0.5, 1]))
+    with pytest.raises(ValueError, match="prompts"):
+        curate_pool(["a"], scores)
+
+
+def test_artifact_gate_takes_the_gain_of_a_defective_image():
+    rubric = np.array([[1.0, 0.5, 0.0]])
+    art = np.array([[0.1, 0.9, 0.9]])
+    gated = gate_rewards({"rubric": rubric, "artifact": art}, gate=0.5)
+    np.testing.assert_allclose(gated["rubric"], [[0.0, 0.5, 0.0]])
+    np.testing.assert_allclose(gated["artifact"], art)
+    with pytest.raises(ValueError, match="artifact"):
+        gate_rewards({"rubric": rubric}, 0.5)
+
+
+def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="group_size"):
+        GrpoConfig(group_size=1)
+    with pytest.raises(ValueError, match="window_size"):
+        GrpoConfig(window_size=0)
+    with pytest.raises(ValueError, match="same rewards"):
+        GrpoConfig(rewards={"rubric": "rubric"}, weights={"other": 1.0})
+    with pytest.raises(ValueError, match="artifact"):
+        GrpoConfig(artifact_gate=0.5)
+    with pytest.raises(UserError, match="empty"):
+        export_prompt_shards([], tmp_path, 32, 2)
+    with pytest.raises(UserError, match="prompt 1 is empty"):
+        export_prompt_shards(["a red circle", " "], tmp_path, 32, 2)
+    assert not list(tmp_path.iterdir())  # nothing written
