@@ -109,7 +109,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     torch.manual_seed(cfg.seed)
     with torch.device("meta") if meta else contextlib.nullcontext():
         dit = Krea2DiT(dcfg)
-    text = build_text(cfg.text, dcfg, cfg.seed)
+    text = build_text(cfg.text, dcfg, cfg.seed, cfg.data.cache_dir)
     head = None
     if stage.irepa.steps > 0:
         head = IrepaHead(dcfg.width, irepa_encoder_dim(stage))

@@ -306,6 +306,10 @@ class DataConfig:
     workers: int = 2  # decode processes per rank; 0 decodes in the training process
     prefetch: int = 4  # batches each worker prepares ahead
     cache_latents: int = 0  # frozen autoencoders: latents of this many samples kept (by key)
+    # Frozen encoders' outputs (latents by sample key and size, text embeddings by caption)
+    # on disk under DIR/<encoder fingerprint>/, so an epoch over a small set encodes once
+    # and later runs of the same encoders none (krea2.trainer.cache). None: memory only.
+    cache_dir: str | None = None
 
 
 @dataclass

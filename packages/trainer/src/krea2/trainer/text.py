@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections import OrderedDict
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from krea2.infra.errors import UserError
+from krea2.trainer.cache import EncoderCache, module_fingerprint
 
 _WORD = re.compile(r"[a-z0-9]+")
 EMPTY_TOKEN = "<empty>"
@@ -64,28 +65,31 @@ class WordConditioner(nn.Module):
 
 
 class FrozenEncoder(nn.Module):
-    """A frozen ``krea2.dit.text.TextEncoder`` (Qwen3-VL) with an optional caption cache."""
+    """A frozen ``krea2.dit.text.TextEncoder`` (Qwen3-VL) whose embeddings are cached by
+    (encoder fingerprint, caption): ``cache_size`` captions in memory, and all of them on
+    disk under ``cache_dir/<fingerprint>/`` when set (:class:`krea2.trainer.cache.EncoderCache`)."""
 
-    def __init__(self, encoder, cache_size: int = 0) -> None:
+    def __init__(self, encoder, cache_size: int = 0, cache_dir: str | Path | None = None):
         super().__init__()
         self.encoder = encoder
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, tuple[Tensor, Tensor]] = OrderedDict()
         for p in self.encoder.parameters() if isinstance(encoder, nn.Module) else ():
             p.requires_grad_(False)
+        fp = module_fingerprint(encoder) if cache_size > 0 or cache_dir is not None else ""
+        self.cache = EncoderCache(fp, cache_size, cache_dir)
 
     @torch.no_grad()
     def forward(self, texts: list[str]) -> tuple[Tensor, Tensor]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if missing:
-            txt, mask = self.encoder.encode(missing)
-            for i, t in enumerate(missing):
-                self._cache[t] = (txt[i], mask[i])
-        rows = [self._cache[t] for t in texts]
-        out = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return out
+        if not self.cache.enabled:
+            return self.encoder.encode(texts)
+
+        def encode(rows: list[int]) -> list[tuple[Tensor, Tensor]]:
+            txt, mask = self.encoder.encode([texts[i] for i in rows])
+            return list(zip(txt, mask, strict=True))
+
+        cached = self.cache.lookup(texts, encode)
+        device = self.encoder.device if hasattr(self.encoder, "device") else "cpu"
+        txt, mask = torch.stack([c[0] for c in cached]), torch.stack([c[1] for c in cached])
+        return txt.to(device), mask.to(device)
 
 
 LEARNED = "words"  # the trainer's own text conditioner; every other name is krea2.dit's
@@ -109,8 +113,9 @@ def text_encoder_spec(cfg) -> str:
     return str(spec)
 
 
-def build_text(cfg, dit_cfg, seed: int) -> nn.Module:
-    """The job's text conditioner (``cfg``: TextConfig; ``dit_cfg``: the DiT's config)."""
+def build_text(cfg, dit_cfg, seed: int, cache_dir: str | Path | None = None) -> nn.Module:
+    """The job's text conditioner (``cfg``: TextConfig; ``dit_cfg``: the DiT's config); a
+    frozen encoder's embeddings are cached on disk under ``cache_dir`` when given."""
     spec = text_encoder_spec(cfg)
     if spec == LEARNED:
         return WordConditioner(
@@ -118,4 +123,5 @@ def build_text(cfg, dit_cfg, seed: int) -> nn.Module:
         )
     from krea2.dit.components import load_text_encoder  # transformers; a local model
 
-    return FrozenEncoder(load_text_encoder(spec, dit_cfg, cfg.max_tokens), cfg.cache_size)
+    encoder = load_text_encoder(spec, dit_cfg, cfg.max_tokens)
+    return FrozenEncoder(encoder, cfg.cache_size, cache_dir)

@@ -33,7 +33,7 @@ from krea2.trainer.build import (
     check_bucket,
     dit_config,
 )
-from krea2.trainer.cache import LatentCache
+from krea2.trainer.cache import latent_cache
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
@@ -84,7 +84,7 @@ class Trainer:
             tracker=open_run_tracker(cfg, self.run_dir) if self.env.is_main else None,
         )
         self.ae = build_autoencoder(cfg.model, self.env.device)
-        self.latents = LatentCache(cfg.data.cache_latents)
+        self.latents = latent_cache(cfg.data, self.ae)
         self.reports = StageReports(cfg, self.env, self.metrics, self.ae, self.run_dir)
         self._exporter = None
         # straggler scores; when launched, a hang bundle and GPU telemetry (krea2.infra)
