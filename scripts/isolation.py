@@ -196,45 +196,13 @@ def wheel_at(name: str, version: str, out: Path, root: Path = ROOT) -> Path:
     return wheel
 
 
-def check(
-    name: str, work: Path, wheels_dir: Path, root: Path = ROOT, *, lowest: bool = False
-) -> dict:
-    """Install ``krea2-<name>`` alone into ``work/venv-<name>``, check it, return the result.
-
-    With ``lowest``, its workspace dependencies are resolved with ``--resolution
-    lowest-direct`` from wheels at their declared lower bounds (third-party packages stay
-    at the lock's versions) and must install at exactly those bounds.
-    """
-    start = time.monotonic()
+def smoke(
+    name: str, python: Path, needed: list[str], work: Path, result: dict, root: Path = ROOT
+) -> None:
+    """In the environment of ``python``: nothing forbidden, every public module imports,
+    every ``krea2 <cmd> --help`` runs. Problems are appended to ``result["problems"]``."""
     packages = load(root)
-    needed = [n for n in packages if n == name or n in upstream(packages, name)]
-    wheels = build_wheels(needed, wheels_dir, root)
-    python = fresh_venv(work / f"venv-{name}{'-lowest' if lowest else ''}")
-    constraints = lock_constraints(name, work, root)
-    install = ["uv", "pip", "install", "-q", "--python", str(python), "-c", str(constraints)]
-    bounds = lower_bounds(packages[name])
-    if lowest:
-        links = work / f"lowest-{name}"
-        links.mkdir(exist_ok=True)
-        for dep, (_, version) in bounds.items():
-            shutil.copy(wheel_at(dep, version, wheels_dir, root), links)
-        for other in needed:  # transitive workspace packages: any version, the newest wins
-            shutil.copy(wheels[other], links)
-        install += ["--find-links", str(links), "--resolution", "lowest-direct"]
-        checked([*install, str(wheels[name]), *(spec for spec, _ in bounds.values())])
-    else:
-        checked([*install, *(str(wheels[n]) for n in needed)])
-    result: dict = {"package": name, "problems": [], "lowest": lowest}
-    versions = installed(python)
-    dists = set(versions)
-    if lowest:
-        result["bounds"] = {dep: version for dep, (_, version) in bounds.items()}
-        for dep, (_, version) in bounds.items():
-            if versions.get(f"krea2-{dep}") != version:
-                result["problems"].append(
-                    f"lowest-direct installed krea2-{dep} {versions.get(f'krea2-{dep}')}, "
-                    f"expected its lower bound {version}"
-                )
+    dists = set(installed(python))
     result["installed"] = len(dists)
     for dist, why in FORBIDDEN[name].items():
         if dist in dists:
@@ -268,6 +236,47 @@ def check(
             result["problems"].append(f"{label} exit {proc.returncode}:\n{proc.stderr[-2000:]}")
         elif name != "infra" and cmd and cmd[0] not in run([str(krea2), "--help"], env=env).stdout:
             result["problems"].append(f"krea2 --help does not list {cmd[0]}")
+
+
+def check(
+    name: str, work: Path, wheels_dir: Path, root: Path = ROOT, *, lowest: bool = False
+) -> dict:
+    """Install ``krea2-<name>`` alone into ``work/venv-<name>``, check it, return the result.
+
+    With ``lowest``, its workspace dependencies are resolved with ``--resolution
+    lowest-direct`` from wheels at their declared lower bounds (third-party packages stay
+    at the lock's versions) and must install at exactly those bounds.
+    """
+    start = time.monotonic()
+    packages = load(root)
+    needed = [n for n in packages if n == name or n in upstream(packages, name)]
+    wheels = build_wheels(needed, wheels_dir, root)
+    python = fresh_venv(work / f"venv-{name}{'-lowest' if lowest else ''}")
+    constraints = lock_constraints(name, work, root)
+    install = ["uv", "pip", "install", "-q", "--python", str(python), "-c", str(constraints)]
+    bounds = lower_bounds(packages[name])
+    if lowest:
+        links = work / f"lowest-{name}"
+        links.mkdir(exist_ok=True)
+        for dep, (_, version) in bounds.items():
+            shutil.copy(wheel_at(dep, version, wheels_dir, root), links)
+        for other in needed:  # transitive workspace packages: any version, the newest wins
+            shutil.copy(wheels[other], links)
+        install += ["--find-links", str(links), "--resolution", "lowest-direct"]
+        checked([*install, str(wheels[name]), *(spec for spec, _ in bounds.values())])
+    else:
+        checked([*install, *(str(wheels[n]) for n in needed)])
+    result: dict = {"package": name, "problems": [], "lowest": lowest}
+    versions = installed(python)
+    if lowest:
+        result["bounds"] = {dep: version for dep, (_, version) in bounds.items()}
+        for dep, (_, version) in bounds.items():
+            if versions.get(f"krea2-{dep}") != version:
+                result["problems"].append(
+                    f"lowest-direct installed krea2-{dep} {versions.get(f'krea2-{dep}')}, "
+                    f"expected its lower bound {version}"
+                )
+    smoke(name, python, needed, work, result, root)
     result["seconds"] = round(time.monotonic() - start, 1)
     result["ok"] = not result["problems"]
     return result
@@ -279,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
     parser.add_argument("--wheels", type=Path, help="wheel directory (default: WORK/wheels)")
     parser.add_argument(
+        "--in-env",
+        action="store_true",
+        help="check the running interpreter's environment instead of a fresh venv from wheels",
+    )
+    parser.add_argument(
         "--lowest", action="store_true", help="workspace deps at their lower bounds (lowest-direct)"
     )
     args = parser.parse_args(argv)
@@ -286,6 +300,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in args.packages if p not in known]
     if unknown:
         parser.error(f"unknown package(s) {unknown}; choose from {list(known)}")
+    if args.in_env:  # e.g. uv run --package krea2-dit --exact --no-dev python scripts/isolation.py
+        failed = 0
+        for name in args.packages:
+            start = time.monotonic()
+            result: dict = {"package": name, "env": sys.prefix, "problems": []}
+            needed = [n for n in known if n == name or n in upstream(known, name)]
+            smoke(name, Path(sys.executable), needed, Path.cwd(), result)
+            result["seconds"] = round(time.monotonic() - start, 1)
+            print(json.dumps({k: v for k, v in result.items() if k != "problems"}))
+            for problem in result["problems"]:
+                print(f"  {name}: {problem}", file=sys.stderr)
+            failed += bool(result["problems"])
+        return 1 if failed else 0
     with tempfile.TemporaryDirectory(prefix="krea2-isolation-") as tmp:
         work = (args.work or Path(tmp)).resolve()
         wheels = (args.wheels or work / "wheels").resolve()

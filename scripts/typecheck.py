@@ -10,8 +10,10 @@ the package's own source with ``disallow_untyped_defs``. It fails on:
 
 - any error in the API module (a name in ``__all__`` that does not exist, an unimportable
   public module, an untyped package);
-- a public function or method without full annotations (``no-untyped-def``): one whose
-  name, module and class do not start with ``_`` and that is not nested in a function.
+- a function the package root exports, or a public method of a class it exports, without
+  full annotations (``no-untyped-def``). The public API is the root's ``__all__`` (the
+  project's rule: packages use each other only through ``krea2.<pkg>`` top-level exports);
+  dunders count, except ``__exit__``/``__aexit__``, whose arguments only ``with`` passes.
 
 Every other error mypy finds inside the package's implementation is counted and printed
 but does not fail the check (``--strict-impl`` makes it fail): the implementation's
@@ -30,22 +32,38 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from functools import cache
 from pathlib import Path
 
 ERROR = re.compile(
     r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<msg>.*?)(?:  \[(?P<code>[a-z-]+)\])?$"
 )
 
+# Dunders whose parameters the language fixes and no user passes: not API surface.
+PROTOCOL_ONLY = {"__exit__", "__aexit__"}
+
 # Runs in the target environment: the package's __all__ and public module names and location.
 _INTROSPECT = r"""
-import importlib, json, pkgutil, sys
+import importlib, inspect, json, pkgutil, sys
 name = sys.argv[1]
 root = importlib.import_module(f"krea2.{name}")
 mods = [m.name for m in pkgutil.walk_packages(root.__path__, prefix=f"krea2.{name}.",
         onerror=lambda n: None) if not any(p.startswith("_") for p in m.name.split("."))]
+api = []  # [source file, qualified name] of every exported function and class
+for export in getattr(root, "__all__", []):
+    try:
+        obj = inspect.unwrap(getattr(root, export))
+    except ImportError:  # an optional extra this environment lacks: mypy still reads it
+        continue
+    obj = getattr(obj, "py_func", obj)  # numba dispatchers wrap the Python function
+    if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(
+        obj, "__module__", ""
+    ).startswith(f"krea2.{name}"):
+        try:
+            api.append([inspect.getsourcefile(obj), obj.__qualname__])
+        except TypeError:
+            pass
 print(json.dumps({"all": list(getattr(root, "__all__", [])), "modules": mods,
-                  "dir": list(root.__path__)[0]}))
+                  "dir": list(root.__path__)[0], "api": api}))
 """
 
 
@@ -70,38 +88,36 @@ def api_module(name: str, info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-@cache
-def _defs(path: str) -> dict[int, bool]:
-    """Line of each ``def`` in ``path`` -> whether it is public API (see the module doc)."""
-    public: dict[int, bool] = {}
-    tree = ast.parse(Path(path).read_text())
+def api_def_lines(api: list[list[str]]) -> set[tuple[str, int]]:
+    """(file, line of ``def``) of every exported function and every public method of an
+    exported class: the signatures a user of ``krea2.<name>`` calls."""
+    lines: set[tuple[str, int]] = set()
+    trees: dict[str, ast.Module] = {}
+    for path, qualname in api:
+        path = str(Path(path).resolve())
+        if path not in trees:
+            trees[path] = ast.parse(Path(path).read_text())
+        scope: list[ast.stmt] = trees[path].body
+        node: ast.stmt | None = None
+        for part in qualname.split("."):
+            node = next((n for n in scope if getattr(n, "name", None) == part), None)
+            if node is None:
+                break
+            scope = getattr(node, "body", [])
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines.add((path, node.lineno))
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and is_api_name(
+                    item.name
+                ):
+                    lines.add((path, item.lineno))
+    return lines
 
-    def visit(node: ast.AST, visible: bool, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                dunder = child.name.startswith("__") and child.name.endswith("__")
-                ok = visible and not in_function and (dunder or not child.name.startswith("_"))
-                for line in range(child.lineno, (child.body[0].lineno if child.body else 0) + 1):
-                    public.setdefault(line, ok)
-                visit(child, False, True)
-            elif isinstance(child, ast.ClassDef):
-                visit(
-                    child,
-                    visible and not in_function and not child.name.startswith("_"),
-                    in_function,
-                )
-            else:
-                visit(child, visible, in_function)
 
-    visit(tree, True, False)
-    return public
-
-
-def is_public_def(path: str, line: int, package_dir: str) -> bool:
-    rel = Path(path).resolve().relative_to(Path(package_dir).resolve())
-    if any(part.startswith("_") and part != "__init__.py" for part in rel.parts):
-        return False
-    return _defs(str(Path(path).resolve())).get(line, False)
+def is_api_name(name: str) -> bool:
+    dunder = name.startswith("__") and name.endswith("__")
+    return (dunder and name not in PROTOCOL_ONLY) or not name.startswith("_")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(proc.stdout, proc.stderr, file=sys.stderr)
                 return proc.returncode
             output += proc.stdout
+        api_lines = api_def_lines(info["api"])
         blocking, backlog = [], Counter()
         for line in sorted(set(output.splitlines())):
             match = ERROR.match(line)
@@ -144,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
             path, code = match["path"], match["code"] or "misc"
             if Path(path).name == api.name:
                 blocking.append(line.replace(str(api), api.name))
-            elif code in ("no-untyped-def",) and is_public_def(
-                path, int(match["line"]), info["dir"]
+            elif (
+                code == "no-untyped-def"
+                and (
+                    str(Path(path).resolve()),
+                    int(match["line"]),
+                )
+                in api_lines
             ):
                 blocking.append(line)
             else:
@@ -157,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = ", ".join(f"{code} {n}" for code, n in backlog.most_common()) or "none"
     print(
         f"krea2.{args.package}: public API {len(info['all'])} names, {len(info['modules']) + 1} "
-        f"modules: {len(blocking)} blocking errors; implementation backlog "
+        f"modules, {len(api_lines)} exported signatures: {len(blocking)} blocking errors; "
+        f"implementation backlog "
         f"{sum(backlog.values())} ({summary})"
     )
     return 1 if blocking else 0
