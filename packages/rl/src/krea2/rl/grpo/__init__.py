@@ -45,6 +45,7 @@ _HOMES: dict[str, str | None] = {
     "RlStageSettings": "stage",
     "rl_stage": "stage",
     "shapes_rewards": "stage",
+    "cli": None,
 }
 
 __all__ = sorted(_HOMES)

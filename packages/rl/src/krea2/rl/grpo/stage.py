@@ -65,6 +65,8 @@ class RlStageSettings:
     eval_steps: int = 20
     eval_cfg: float = 3.0
     eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    curve_seeds: list[int] = field(default_factory=lambda: [0])
+    eval_tuned_cfg: bool = True
     checkpoint_every: int = 20
 
     def grpo(self) -> GrpoConfig:
@@ -124,7 +126,7 @@ def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, rewar
 
 
 def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, s: RlStageSettings):
-    """The objective's held-out measure: no-CFG samples of ``prompts`` x ``s.eval_seeds``
+    """The objective's held-out measure: no-CFG samples of ``prompts`` x ``s.curve_seeds``
     (the noise of ``krea2.trainer.sample_stage``, so step 0 equals the pretrained eval)."""
     import torch
 
@@ -148,7 +150,7 @@ def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, 
         times = flow.sampling_times(s.eval_steps, stage_mu(stage.time_shift, tokens))
         module.eval()
         rows = []
-        for seed in s.eval_seeds:
+        for seed in s.curve_seeds:
             noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
             x0 = euler_sample(lambda x, t: module(x, t, list(prompts))[0], noise, times)
             with torch.no_grad():
@@ -218,9 +220,9 @@ def rl_stage(
     pool = kept_prompts(records) or prompts  # all solved/unsolved: train on them anyway
     seconds["pool"] = time.perf_counter() - t
 
-    def evaluate(job: JobConfig, index: int, tag: str) -> dict:
+    def evaluate(job: JobConfig, index: int, tag: str, with_cfg: bool = True) -> dict:
         out = {}
-        for key, scale in (("no_cfg", 0.0), ("cfg", s.eval_cfg)):
+        for key, scale in (("no_cfg", 0.0), ("cfg", s.eval_cfg))[: 2 if with_cfg else 1]:
             path = work / f"eval-{tag}-{key}.npy"
             if not path.exists():
                 images = sample_stage(job, index, list(eval_prompts), list(s.eval_seeds),
@@ -262,7 +264,7 @@ def rl_stage(
     seconds["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    after = evaluate(job, len(job.stages) - 1, name)
+    after = evaluate(job, len(job.stages) - 1, name, s.eval_tuned_cfg)
     seconds["eval_tuned"] = time.perf_counter() - t
     result = {
         "name": name,
