@@ -1,5 +1,31 @@
-"""krea2.expander: its public API is built by the expander issue (#20); nothing is exported yet."""
+"""krea2.expander: the prompt expander (report §8).
+
+Built so far: the SFT data — synthetic short user requests from long captions (by rule on
+ShapesWorld, where each request knows the requirements it kept and dropped; through an LLM
+over an OpenAI-compatible server for real captions), thinking traces, distribution
+shaping — and the faithfulness measure (verifiable on ShapesWorld, an LLM judge otherwise).
+"""
+
+from __future__ import annotations
+
+from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+_HOMES: dict[str, str | None] = {
+    "Faithfulness": "faithfulness",
+    "LlmFaithfulnessJudge": "faithfulness",
+    "check_faithfulness": "faithfulness",
+    "LlmUserPrompts": "sft_data",
+    "Shaping": "sft_data",
+    "chat_example": "sft_data",
+    "read_shard_scenes": "sft_data",
+    "shapes_sft_examples": "sft_data",
+    "UserPrompt": "user_prompts",
+    "UserPromptConfig": "user_prompts",
+    "user_prompt": "user_prompts",
+}
+
+__all__ = sorted(_HOMES)
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

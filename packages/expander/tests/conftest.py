@@ -1,0 +1,52 @@
+"""A small OpenAI-compatible chat server on loopback, scripted per test."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+Answer = Callable[[list[dict]], str]
+
+
+class ChatServer:
+    """Serves ``/v1/chat/completions``; ``answer(messages)`` gives each reply's text."""
+
+    def __init__(self) -> None:
+        self.answer: Answer = lambda messages: ""
+        self.calls = 0
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        def complete(body: dict) -> dict:
+            self.calls += 1
+            text = self.answer(body["messages"])
+            return {"choices": [{"message": {"role": "assistant", "content": text}}]}
+
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def chat_server() -> Iterator[tuple[ChatServer, str]]:
+    server = ChatServer()
+    url = server.start()
+    yield server, url
+    server.stop()
