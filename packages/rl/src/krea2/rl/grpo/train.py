@@ -182,8 +182,14 @@ def run_from_config(path: str | Path | None, overrides: Sequence[str], resume: b
         export_prompt_shards(prompts, shards, side, rc.prompts_per_step)
     job = rl_job(pretrain, index, run_dir, shards, rc.steps, rc.prompts_per_step, rc.lr,
                  rc.warmup_steps, rc.lora_rank, rc.checkpoint_every, rc.log_every)  # fmt: skip
+    if not resume and list((run_dir / "checkpoints" / RL_STAGE).glob("step-*")):
+        raise UserError(
+            f"{run_dir} already holds RL checkpoints; pass --resume to continue it or choose "
+            "another run_dir"
+        )
     link_pretrained(pretrain, index, run_dir)
-    return train_rl(job, rc.grpo, load_rewards(rc.grpo), resume=resume)
+    # resume=True always: the linked pretrained checkpoints are not this run's to refuse
+    return train_rl(job, rc.grpo, load_rewards(rc.grpo), resume=True)
 
 
 def _stage_index(job: JobConfig, name: str | None) -> int:
