@@ -29,6 +29,7 @@ _MODULE_OF = {
     "ScheduleDecay": "config",
     "SpikeAction": "config",
     "Float8Recipe": "config",
+    "BaseQuant": "config",
     "CheckpointingMode": "config",
     "ParamDtype": "config",
     "Autocast": "config",

@@ -117,8 +117,10 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         # Adapters go in before sharding, so each block's FSDP unit holds its adapters;
         # the base (and the text conditioner) stay frozen. Base weights are loaded later
         # (krea2.trainer.warmstart), also on resume: checkpoints hold only the adapters.
+        from krea2.trainer.basequant import check_base_quant
         from krea2.trainer.lora import apply_lora
 
+        check_base_quant(cfg.model.base_quant, env.device, env.distributed)
         targets = apply_lora(dit, stage.lora)
         text.requires_grad_(False)
         log.info("stage %s: LoRA rank %d on %d Linears", stage.name, stage.lora.rank, len(targets))

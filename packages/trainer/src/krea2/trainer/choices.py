@@ -47,6 +47,14 @@ class ParamDtype(enum.StrEnum):
     BFLOAT16 = "bfloat16"
 
 
+class BaseQuant(enum.StrEnum):
+    """How a LoRA stage stores its frozen base's block Linears (torchao weight-only)."""
+
+    NONE = "none"
+    INT8 = "int8"  # per-channel int8 weights; CPU and GPU
+    FLOAT8 = "float8"  # float8 e4m3 weights; CUDA with compute capability 8.9+ only
+
+
 class Autocast(enum.StrEnum):
     """The forward's ``torch.autocast`` mode (see ``ModelConfig.autocast``)."""
 

@@ -18,6 +18,7 @@ from krea2.infra.shards import CAPTION_FORMATS
 from krea2.trainer.choices import (
     Autocast,
     Backend,
+    BaseQuant,
     CheckpointingMode,
     Float8Recipe,
     InitDevice,
@@ -41,6 +42,9 @@ class ModelConfig:
     autoencoder: str = "pixel"
     ae_factor: int | None = None  # older spelling of autoencoder = "pixel:F" (pixel only)
     dtype: ParamDtype = ParamDtype.FLOAT32  # on one device; FSDP brings bf16 mixed precision
+    # LoRA stages on one device: the frozen base's block Linears as torchao weight-only
+    # "int8" (CPU or GPU) or "float8" (CUDA, compute capability 8.9+); "none" keeps dtype.
+    base_quant: BaseQuant = BaseQuant.NONE
     # Forward under torch.autocast on one device (fp32 master weights, bf16 matmuls):
     # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast, and on CPUs
     # only with AMX: 1.45x per toy step on 2 cores with it, 0.75x with avx512_bf16 alone).

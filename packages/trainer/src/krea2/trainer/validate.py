@@ -116,6 +116,28 @@ def _check_lora_stage(cfg: JobConfig, stage: StageConfig, index: int, where: str
         )
 
 
+def _check_base_quant(cfg: JobConfig, world_size: int) -> None:
+    """model.base_quant quantizes a LoRA stage's frozen base, on one device, kept in place."""
+    mode = cfg.model.base_quant.value
+    if mode == "none":
+        return
+    if not any(s.lora.enabled for s in cfg.stages):
+        raise UserError(
+            f"model.base_quant={mode!r} quantizes the frozen base of LoRA stages, but no stage "
+            "trains LoRA; set stages.N.lora.rank or base_quant = 'none'"
+        )
+    if world_size > 1:
+        raise UserError(
+            f"model.base_quant={mode!r} runs on one device only ({world_size} ranks here); "
+            "set base_quant = 'none' under FSDP"
+        )
+    if cfg.observe.second_base is not None:
+        raise UserError(
+            f"observe.second_base swaps the frozen base in place, which model.base_quant="
+            f"{mode!r} stores quantized; remove one of them"
+        )
+
+
 def autoencoder_spec(model: ModelConfig) -> str:
     """``model.autoencoder`` as a ``krea2.dit`` registry name, with the older ``ae_factor``
     folded in (``pixel`` + ``ae_factor = F`` is ``pixel:F``). UserError on a conflict."""
@@ -179,6 +201,7 @@ def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
                 "observe.second_base validates LoRA adapters on another base, but no stage "
                 "trains LoRA; remove it or set stages.N.lora.rank"
             )
+    _check_base_quant(cfg, world_size)
     for i, stage in enumerate(cfg.stages):
         _check_stage(cfg, stage, i, dp, model_cfg.patch, ae.factor)
         if cfg.parallel.async_tp and not stage.compile:

@@ -61,7 +61,17 @@ def _source(cfg: JobConfig, i: int) -> tuple[Path, int] | None:
 def warm_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -> None:
     """Load the weights ``cfg.stages[i]`` starts from into ``module`` (DiT and text; not the
     iREPA head or LoRA adapters), resized to the stage's patch; nothing when the stage
-    starts fresh. Released weights are read on rank 0 and scattered shard by shard."""
+    starts fresh. Released weights are read on rank 0 and scattered shard by shard. A
+    LoRA stage's frozen base is then quantized when ``model.base_quant`` asks."""
+    _load_start(cfg, i, module, distributed)
+    if cfg.stages[i].lora.enabled:
+        from krea2.trainer.basequant import quantize_base
+
+        device = next(module.dit.parameters()).device
+        quantize_base(module.dit, cfg.model.base_quant, device)
+
+
+def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -> None:
     stage = cfg.stages[i]
     if stage.init_from not in ("previous", "none"):
         weights = release_source(stage.init_from)
