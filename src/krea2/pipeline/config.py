@@ -19,6 +19,7 @@ from importlib.resources import abc as resources_abc
 from pathlib import Path
 
 from krea2.infra import ConfigError, UserError, load_config
+from krea2.rl.grpo import RlStageSettings
 from krea2.rl.preference import PreferenceStageSettings
 from krea2.trainer import JobConfig
 
@@ -72,6 +73,8 @@ class DemoConfig:
     train: JobConfig = field(default_factory=JobConfig)
     # After pretraining: on-policy pairs, then STPO and (the ablation) DPO on them.
     preference: PreferenceStageSettings = field(default_factory=PreferenceStageSettings)
+    # Last: RL without CFG (DiffusionNFT or GRPO) on curated training-concept prompts.
+    rl: RlStageSettings = field(default_factory=RlStageSettings)
 
 
 def packaged_recipe(quick: bool) -> resources_abc.Traversable:

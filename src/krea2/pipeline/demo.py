@@ -61,10 +61,11 @@ def run_demo(
 def stage_names(cfg: DemoConfig) -> list[str]:
     """The demo's stages in the order they run (export stages follow the recipe's
     training resolutions)."""
-    from krea2.pipeline import preference
+    from krea2.pipeline import preference, rl_stage
 
     exports = [f"export-{s.resolution}" for s in cfg.train.stages]
     tuned = [preference.stage_name(kind) for kind in preference.OBJECTIVES]
+    tuned.append(rl_stage.STAGE)  # RL without CFG follows the preference stages
     return ["shards", "pool", "curate", *exports, "pretrain", "sample", "score", *tuned, "report"]
 
 
@@ -155,6 +156,13 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         )
         for kind, what in preference.OBJECTIVES.items()
     }
+    from krea2.pipeline import rl_stage
+
+    rl = runner.run(
+        rl_stage.STAGE,
+        rl_stage.WHAT,
+        lambda: rl_stage.run_demo_stage(cfg, job, out / "rl", list(split.train), held_out),
+    )
     results = {
         "pool": pool,
         "curate": curated,
@@ -162,6 +170,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         "pretrain": pretrained,
         "score": scores,
         "preference": tuned,
+        "rl": rl,
     }
     timings = [(r.name, r.seconds) for r in runner.records]
     summary = runner.run(
@@ -173,6 +182,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         typer.echo(f"ShapesEval {name:<22} {e['shapes_eval']:.3f}  {e['by_kind']}")
     for kind, r in tuned.items():
         typer.echo(preference.summary_line(kind, r))
+    typer.echo(rl_stage.summary_line(rl))
     if note := smoke_note(cfg):
         typer.secho(note, fg="yellow")
     return summary

@@ -192,6 +192,12 @@ def write_report(
     if tuned:
         prompts = next(iter(evals.values()))["prompts"]
         sections.append(("Preference optimization", preference_section(tuned, prompts)))
+    if rl := results.get("rl"):
+        from krea2.pipeline import rl_stage
+
+        summary["rl"] = rl_stage.summary(rl)
+        prompts = next(iter(evals.values()))["prompts"]
+        sections.append(("RL without CFG", rl_stage.report_section(rl, prompts, upscale)))
     timing = html.table(["stage", "seconds"], [[n, f"{s:.1f}"] for n, s in timings])
     sections.append(("Stage times", timing))
     intro = (

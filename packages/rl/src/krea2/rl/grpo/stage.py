@@ -69,6 +69,14 @@ class RlStageSettings:
     eval_tuned_cfg: bool = True
     checkpoint_every: int = 20
 
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.objective not in ("grpo", "nft"):
+            raise ValueError(f"objective={self.objective!r} is not 'grpo' or 'nft'")
+        self.grpo()  # the objective's own checks
+
     def grpo(self) -> GrpoConfig:
         return GrpoConfig(
             objective=RlObjective(self.objective), group_size=self.group_size,

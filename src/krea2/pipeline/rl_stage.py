@@ -1,0 +1,130 @@
+"""Demo stage ``rl``: the final pretrained model RL-tuned without CFG
+(``krea2.rl.grpo.rl_stage``: DiffusionNFT or GRPO, the rubric verifier + the artifact
+reward aggregated by GDPO, a curated prompt pool of training-concept prompts), measured on
+the held-out prompts with and without CFG against the pretrained model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from krea2.curate.shapes import Concept, concept_scene, eval_prompt
+from krea2.pipeline.config import DemoConfig
+from krea2.trainer import JobConfig
+
+STAGE = "rl"
+WHAT = "RL without CFG (multi-reward, GDPO) from the final pretrained model"
+HEADERS = ["model", "ShapesEval, no CFG", "all correct, no CFG", "ShapesEval, CFG",
+           "all correct, CFG", "artifact reward, no CFG"]  # fmt: skip
+
+
+def run_demo_stage(
+    cfg: DemoConfig, job: JobConfig, work: Path, train: list[Concept], held_out: list[Concept]
+) -> dict:
+    """RL-tune ``job``'s final stage with the recipe's ``[rl]`` settings, evaluated as
+    ShapesEval does (``[eval]``'s steps, seeds and CFG); resumable under ``work``."""
+    from krea2.rl.grpo import rl_stage
+
+    s = replace(cfg.rl, eval_steps=cfg.eval.steps, eval_cfg=cfg.eval.cfg,
+                eval_seeds=list(cfg.eval.seeds))  # fmt: skip
+    return rl_stage(
+        job, len(job.stages) - 1, work, [eval_prompt(c) for c in train],
+        [eval_prompt(c) for c in held_out], [concept_scene(c) for c in held_out], s,
+    )  # fmt: skip
+
+
+def rows(result: dict) -> list[list[str]]:
+    """Rows of :data:`HEADERS`: the pretrained model, then the RL-tuned one."""
+    out = []
+    for label, key in (("pretrained", "pretrained"), (f"RL ({result['objective']})", "tuned")):
+        m = result[key]
+        cfg = m.get("cfg")
+        out.append([
+            label, f"{m['no_cfg']['shapes_eval']:.3f}", f"{m['no_cfg']['all_correct']:.3f}",
+            f"{cfg['shapes_eval']:.3f}" if cfg else "", f"{cfg['all_correct']:.3f}" if cfg else "",
+            f"{m['no_cfg']['artifact']:.3f}",
+        ])  # fmt: skip
+    return out
+
+
+def summary(result: dict) -> dict:
+    """summary.json's ``rl``: the pool verdicts, pretrained and tuned measures (no CFG and
+    CFG), whether the guard stopped the run, the last logged rewards and seconds."""
+    strip = ("samples",)
+    measures = {
+        key: {k: {f: v for f, v in m.items() if f not in strip} for k, m in result[key].items()}
+        for key in ("pretrained", "tuned")
+    }
+    c = result["curves"]
+    return {
+        "objective": result["objective"],
+        "pool": result["pool"],
+        **measures,
+        "stopped": result["stopped"],
+        "last_rewards": {k: c[k][-1] for k in ("reward_rubric", "reward_artifact") if c[k]},
+        "seconds": result["seconds"],
+    }
+
+
+def summary_line(result: dict) -> str:
+    pre, post = result["pretrained"], result["tuned"]
+    cfg = f", CFG {pre['cfg']['shapes_eval']:.3f} before" if pre.get("cfg") else ""
+    stop = f"  (stopped: {result['stopped']})" if result["stopped"] else ""
+    return (
+        f"RL ({result['objective']}) ShapesEval without CFG {pre['no_cfg']['shapes_eval']:.3f}"
+        f" -> {post['no_cfg']['shapes_eval']:.3f}{cfg}{stop}"
+    )
+
+
+def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: ignore[no-untyped-def]
+    """The RL stage on report.html: ShapesEval with and without CFG before and after, the
+    reward curves per reward and the held-out no-CFG curve, and the first seed's samples
+    without CFG (pretrained, then RL-tuned)."""
+    from krea2.pipeline import html
+
+    parts = [html.table(HEADERS, rows(result))]
+    counts = ", ".join(f"{v} {k}" for k, v in result["pool"].items())
+    parts.append(
+        f'<p class="note">Prompt pool: {counts} (curated from no-CFG samples of the '
+        "training-concept prompts; the record of why is pool.json). Rewards: the rubric "
+        "verifier and the artifact reward (1 − P(defect)), aggregated by GDPO; sampling "
+        "without CFG during training.</p>"
+    )
+    if result["stopped"]:
+        parts.append(f'<p class="warning">{html.escape(result["stopped"])}</p>')
+    c = result["curves"]
+    series = {
+        f"reward {k.removeprefix('reward_')}": [
+            (s, v) for s, v in zip(c["step"], c[k], strict=True) if v is not None
+        ]
+        for k in ("reward_rubric", "reward_artifact")
+    }
+    evals = [(s, v) for s, v in zip(c["step"], c["eval_shapes"], strict=True) if v is not None]
+    if evals:
+        series["held-out ShapesEval, no CFG"] = evals
+    if any(series.values()):
+        parts.append(
+            "<h3>Rewards per iteration</h3>"
+            + html.line_chart(
+                {k: v for k, v in series.items() if v},
+                x_label="iteration",
+                y_label="mean",
+                log=False,
+            )
+        )
+    images = [np.load(result["pretrained"]["no_cfg"]["samples"])[:8, 0],
+              np.load(result["tuned"]["no_cfg"]["samples"])[:8, 0]]  # fmt: skip
+    labels = ["pretrained, no CFG", f"RL ({result['objective']}), no CFG"]
+    parts.append(
+        "<h3>Held-out prompts, first seed, no CFG</h3>"
+        + html.image_table(
+            prompts[: len(images[0])],
+            [
+                (lab, [html.png_data_uri(upscale(im)) for im in ims])
+                for lab, ims in zip(labels, images, strict=True)
+            ],
+        )
+    )
+    return "".join(parts)
