@@ -26,7 +26,7 @@ def test_claim_predicates_are_the_dag_edges():
         "classify": "embedding IS NOT NULL",
     }
     passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
-    assert passes == ["dedup", "concepts", "semantic", "review"]
+    assert passes == ["dedup", "concepts", "semantic", "sae", "review", "balance"]
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")
         assert "shapes" not in job.handler.lower()
@@ -44,7 +44,9 @@ def test_table_columns_are_ingest_plus_every_stage_result():
         "text_reject",
         "concept_keep",
         "sem_kind",
+        "sae_reject",
         "cluster_reject",
+        "sample_keep",
     ]
 
 

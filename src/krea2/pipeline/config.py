@@ -42,6 +42,21 @@ class PoolSpec:
     n_clean_multi: int = 100
     n_per_defect: int = 25
     n_overrepresented: int = 160  # ~20% of the kept pool (> the 15% cap, so the cap applies)
+    # Copies of clean multi-object scenes that hashes miss (crops > 5%, tone and blur edits;
+    # ``pool.DEMO_COPY_EDITS``), for embedding dedup; at most ``n_clean_multi``.
+    n_copies: int = 0
+
+
+@dataclass
+class CurateSpec:
+    """Embedding-level curation in the demo: the toy encoder's training steps on the pool's
+    hash keepers, the pixel check of its candidate copies (``semantic.verify``), the SAE's
+    steps, and the share of kept rows balanced sampling draws."""
+
+    encoder_steps: int = 300
+    verify: float = 0.95
+    sae_steps: int = 400
+    balance_share: float = 0.9
 
 
 @dataclass
@@ -69,6 +84,7 @@ class DemoConfig:
     # few steps to learn, and its report says so instead of looking like a failure.
     smoke: bool = False
     pool: PoolSpec = field(default_factory=PoolSpec)
+    curate: CurateSpec = field(default_factory=CurateSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     train: JobConfig = field(default_factory=JobConfig)
     # After pretraining: on-policy pairs, then STPO and (the ablation) DPO on them.

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from krea2.infra import UserError
 from krea2.infra.progress import Progress, progress
 from krea2.pipeline.cli_runner import krea2, parallel
+from krea2.pipeline.config import CurateSpec
 
 
 def start_shards(out: Path, shards: int) -> Path:
@@ -32,40 +36,98 @@ CURATE_RUNS: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
     ("concepts", (), 1),
     ("captions", ("--captioner", "shapes"), 1),
 )
+# Embedding-level curation, after the toy encoder is trained on the pool's hash keepers:
+# vectors, semantic dedup in k-means leaves, the SAE artifact filter, balanced sampling.
+# One process runs them all (the job's one worker, then the passes): each process start
+# imports torch and FAISS, which costs more than the toy pool's work.
+EMBED_RUNS: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
+    ("embed,semantic,sae,balance", (), 1),
+)
+PASS_RESULTS = ("semantic", "sae", "balance")  # their counts go into the funnel
 
 
-def curate_pool(pool_dir: Path, cluster: Path, workers: int, log: Path) -> dict:
-    """Ingest the pool and run the curate DAG with ``workers`` processes per job.
+def curate_pool(
+    pool_dir: Path, cluster: Path, workers: int, log: Path, spec: CurateSpec | None = None
+) -> dict:
+    """Ingest the pool and run the curate DAG with ``workers`` processes per job, then
+    (``spec``) train the toy encoder on the hash keepers and run the embedding stages.
 
     Each stage shows its progress read from the warehouse, and must have done every one
     of its rows before the next starts: a worker that stopped early (a signal, a crash)
     exits non-zero, but the warehouse is the record, so it is checked too.
     """
-    from krea2.curate import open_warehouse, stage_progress
+    from krea2.curate import open_warehouse
 
+    spec = spec or CurateSpec()
     c = ["--cluster", str(cluster)]
     krea2("curate", "ingest", str(pool_dir), "--name", "pool", *c, log=log)
+    encoder = pool_dir.parent / "encoder"
+    sets = [
+        *("--set", f"embed.store={pool_dir.parent / 'embeddings'}"),
+        *("--set", f"balance.share={spec.balance_share}"),
+        *("--set", f"sae.steps={spec.sae_steps}"),
+        *("--set", f"semantic.verify={spec.verify}"),
+    ]
+    embedder = ("--embedder", f"toy:{encoder}")
+    embed_runs = [(stage, (*extra, *embedder, *sets), n) for stage, extra, n in EMBED_RUNS]
+    passes: dict[str, dict] = {}
     wh = open_warehouse(str(cluster))
     try:
-        for stage, extra, processes in CURATE_RUNS:
-            command = ["curate", "run", "--stages", stage, *extra, *c]
-            done, total = stage_progress(wh, [stage])[stage]
-            with progress(f"curate {stage}", total, unit="row", completed=done) as bar:
+        _run_stages(wh, CURATE_RUNS, c, workers, log, passes)
+        start = time.perf_counter()
+        if not (encoder / "config.json").is_file():  # saved last: present = a whole model
+            with progress("curate train-encoder", 1, unit="model") as bar:
+                steps = ("--steps", str(spec.encoder_steps), "--no-flips")
+                krea2("curate", "train-encoder", "--out", str(encoder), *steps, *c, log=log)
+                bar.update(1)
+        _run_stages(wh, embed_runs, c, workers, log, passes)
+        passes["seconds"] = round(time.perf_counter() - start, 1)  # encoder and embed stages
+    finally:
+        wh.close()
+    return funnel(cluster, pool_dir / "labels.jsonl") | {"passes": passes}
 
-                def poll(stage: str = stage, bar: Progress = bar) -> None:
-                    bar.update(*stage_progress(wh, [stage])[stage][:1])
 
-                parallel([command] * (processes or workers), log, poll=poll)
-                done, total = stage_progress(wh, [stage])[stage]
-                bar.update(done, total=total)
+def _run_stages(
+    wh: object,
+    runs: Sequence[tuple[str, tuple[str, ...], int | None]],
+    cluster_args: list[str],
+    workers: int,
+    log: Path,
+    passes: dict[str, dict],
+) -> None:
+    """Run each ``(stages, extra options, processes)`` as ``krea2 curate run`` workers with
+    the first stage's progress (``stages``: one name, or several run in order by each
+    worker); the counts a pass of ``PASS_RESULTS`` prints go into ``passes``."""
+    from krea2.curate import stage_progress
+
+    for stages, extra, processes in runs:
+        names = stages.split(",")
+        command = ["curate", "run", "--stages", stages, *extra, *cluster_args]
+        done, total = stage_progress(wh, names[:1])[names[0]]
+        with progress(f"curate {names[0]}", total, unit="row", completed=done) as bar:
+
+            def poll(stage: str = names[0], bar: Progress = bar) -> None:
+                bar.update(*stage_progress(wh, [stage])[stage][:1])
+
+            outputs = parallel([command] * (processes or workers), log, poll=poll)
+            done, total = stage_progress(wh, names[:1])[names[0]]
+            bar.update(done, total=total)
+        for stage, (done, total) in stage_progress(wh, names).items():
             if done < total:
                 raise UserError(
                     f"curate stage {stage!r} ended with {done} of {total} rows done; "
                     "run the demo again with the same --out to finish it"
                 )
-    finally:
-        wh.close()
-    return funnel(cluster, pool_dir / "labels.jsonl")
+        for stage in set(names) & set(PASS_RESULTS):
+            passes[stage] = pass_result(stage, outputs[0])
+
+
+def pass_result(stage: str, output: str) -> dict:
+    """The counts ``krea2 curate run`` printed for pass ``stage`` (``STAGE: {...}``)."""
+    for line in output.splitlines():
+        if line.startswith(f"{stage}: {{"):
+            return ast.literal_eval(line.split(": ", 1)[1])
+    raise UserError(f"`krea2 curate run --stages {stage}` printed no result:\n{output[-2000:]}")
 
 
 def warehouse_rows(cluster: Path) -> list[dict]:
@@ -85,6 +147,11 @@ def warehouse_rows(cluster: Path) -> list[dict]:
             "md5",
             "width",
             "height",
+            "sem_kind",
+            "sem_dup_of",
+            "sae_reject",
+            "cluster_reject",
+            "sample_keep",
         ]
         return read_rows(wh, cols)
     finally:
@@ -101,6 +168,7 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     metrics have always been measured on); and, apart, what curation did with the
     one-object re-renders and later takes, against the generator's labels."""
     from krea2.curate import clean_kept, final_reason, precision_recall
+    from krea2.curate.shapes import SEMANTIC_DUPLICATE
     from krea2.pipeline.pool import is_one_object, read_labels
 
     labels = read_labels(labels_path)
@@ -136,15 +204,139 @@ def funnel(cluster: Path, labels_path: Path) -> dict:
     dup_groups = [[by_key[k], *v] for k, v in list(groups.items())[:6] if k in by_key]
     return {
         "images": len(rows),
+        "embedding": embedding_metrics(rows, entries, apart),
         "counts": dict(counts.most_common()),
-        "precision_recall": precision_recall(
-            [truth[i] for i in scored], [detected[i] for i in scored]
-        ),
+        # Copies that hashes miss have their own table (``embedding``): hash dedup catches
+        # some of them (tone and blur edits) under its own reason, which this one would
+        # count as semantic dedup's misses.
+        "precision_recall": {
+            cls: m
+            for cls, m in precision_recall(
+                [truth[i] for i in scored], [detected[i] for i in scored]
+            ).items()
+            if cls != SEMANTIC_DUPLICATE
+        },
         "clean_kept": clean_kept(truth, reasons),
         "one_object_truth": {t: dict(c.most_common()) for t, c in sorted(one_object.items())},
         "examples": examples,
         "duplicate_groups": dup_groups,
     }
+
+
+def embedding_metrics(rows: list[dict], entries: list[dict], apart: list[bool]) -> dict:
+    """Embedding-level curation against the generator's labels (``rows[i]`` is the
+    warehouse row of pool entry ``entries[i]``; ``apart``: one-object renders beyond each
+    concept's first, scored apart as in ``funnel``).
+
+    ``semantic_dedup``: over the rows the semantic pass compared (hash keepers), recall is
+    the share of injected copies it dropped, precision the share of its drops (outside
+    ``apart``) that are copies matched to their own source; ``apart_dropped`` counts what
+    it did with the one-object re-renders and later takes. ``sae_filter``: its flags
+    against the injected artifacts that reach it (text_dense). ``balance``: kept rows
+    before and after balanced sampling, and the share of the over-represented concept."""
+    from krea2.curate.shapes import SEMANTIC_DUPLICATE
+
+    key_of = {r["image_key"]: m["key"] for r, m in zip(rows, entries, strict=True)}
+    compared = [i for i, r in enumerate(rows) if r.get("sem_kind") is not None]
+    if not compared:
+        return {}
+    copies = [i for i in compared if entries[i]["label"] == SEMANTIC_DUPLICATE]
+    dropped = [i for i in compared if rows[i]["sem_kind"]]
+    scored = [i for i in dropped if not apart[i]]
+    right = [
+        i
+        for i in scored
+        if entries[i]["label"] == SEMANTIC_DUPLICATE
+        and key_of.get(rows[i]["sem_dup_of"]) == entries[i].get("source")
+    ]
+    wrong = [
+        [entries[i]["file"], key_of.get(rows[i]["sem_dup_of"]), entries[i]["label"]]
+        for i in scored
+        if i not in set(right)
+    ]
+    semantic = {
+        "compared": len(compared),
+        "copies": len(copies),
+        "copies_dropped": sum(bool(rows[i]["sem_kind"]) for i in copies),
+        "dropped": len(dropped),
+        "precision": len(right) / len(scored) if scored else 1.0,
+        "recall": sum(bool(rows[i]["sem_kind"]) for i in copies) / len(copies) if copies else 1.0,
+        "wrong": wrong[:10],
+        "missed": [entries[i]["file"] for i in copies if not rows[i]["sem_kind"]][:10],
+        "apart_dropped": dict(Counter(entries[i]["label"] for i in dropped if apart[i])),
+    }
+    artifacts = [i for i in compared if entries[i]["label"] == "text_dense"]
+    flagged = [i for i in compared if rows[i].get("sae_reject")]
+    sae = {
+        "artifacts": len(artifacts),
+        "flagged": len(flagged),
+        "precision": (
+            sum(entries[i]["label"] == "text_dense" for i in flagged) / len(flagged)
+            if flagged
+            else 1.0
+        ),
+        "recall": (
+            sum(bool(rows[i].get("sae_reject")) for i in artifacts) / len(artifacts)
+            if artifacts
+            else 1.0
+        ),
+    }
+    sampled = [i for i in compared if rows[i].get("sample_keep") is not None]
+    before = [i for i in sampled if final_before_balance(rows[i]) is None]
+    after = [i for i in before if rows[i]["sample_keep"]]
+
+    def over(ix: list[int]) -> float:
+        return sum(entries[i]["label"] == "overrepresented" for i in ix) / max(1, len(ix))
+
+    balance = {
+        "kept_before": len(before),
+        "kept_after": len(after),
+        "overrepresented_share_before": round(over(before), 4),
+        "overrepresented_share_after": round(over(after), 4),
+    }
+    return {"semantic_dedup": semantic, "sae_filter": sae, "balance": balance}
+
+
+def embedding_section(curate: dict) -> str:
+    """The report's HTML for ``curate["embedding"]`` (``embedding_metrics``) and the
+    passes' own counts."""
+    from krea2.pipeline import html
+
+    m, passes = curate.get("embedding") or {}, curate.get("passes") or {}
+    if not m:
+        return '<p class="note">no embedding-level curation in this run</p>'
+    sd, sae, bal = m["semantic_dedup"], m["sae_filter"], m["balance"]
+    sem = passes.get("semantic", {})
+    rows = [
+        ["semantic dedup (copies hashes missed)", sd["copies"], sd["dropped"],
+         f"{sd['precision']:.3f}", f"{sd['recall']:.3f}"],
+        ["SAE artifact filter (text_dense)", sae["artifacts"], sae["flagged"],
+         f"{sae['precision']:.3f}", f"{sae['recall']:.3f}"],
+    ]  # fmt: skip
+    table = html.table(["filter", "injected", "flagged", "precision", "recall"], rows)
+    apart = ", ".join(f"{k} {v}" for k, v in sd["apart_dropped"].items()) or "none"
+    s = passes.get("sae", {})
+    notes = [
+        f"Toy encoder trained on the pool's hash keepers; {sem.get('candidates', '?')} "
+        f"candidate pairs within its leaves (cosine ≥ {sem.get('threshold', '?')} − slack), "
+        f"{sem.get('verified', '?')} confirmed as crops or tone edits on the pixels. "
+        f"Semantic dedup compared {sd['compared']} rows; precision counts its drops outside "
+        f"the one-object re-renders and later takes, which it dropped apart: {apart}.",
+        f"SAE: FVU {s.get('fvu', float('nan')):.3f}, L0 {s.get('l0', float('nan')):.1f}, "
+        f"dead features {s.get('dead_features', '?')}; artifact features "
+        f"{s.get('artifact_features') or 'none'} (labelled from their top images' reasons).",
+        f"Balanced sampling over the k-means hierarchy kept {bal['kept_after']} of "
+        f"{bal['kept_before']} rows; over-represented concept share "
+        f"{bal['overrepresented_share_before']:.3f} → {bal['overrepresented_share_after']:.3f}.",
+    ]
+    return table + "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)
+
+
+def final_before_balance(row: dict) -> str | None:
+    """A row's reject reason from every stage before balanced sampling."""
+    from krea2.curate import final_reason
+
+    return final_reason({**row, "sample_keep": None})
 
 
 def export_stage(cluster: Path, out: Path, side: int, batch: int, log: Path) -> dict:

@@ -94,7 +94,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     curated = runner.run(
         "curate",
         f"ingest, curate and caption with {cfg.workers} worker processes per job",
-        lambda: curation.curate_pool(out / "pool", cluster, cfg.workers, log),
+        lambda: curation.curate_pool(out / "pool", cluster, cfg.workers, log, cfg.curate),
     )
     shard_dirs = []
     exported = {}

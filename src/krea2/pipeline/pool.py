@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing
 import signal
 from collections import Counter
@@ -23,6 +24,7 @@ from krea2.curate.shapes import (
     render,
     write_pool,
 )
+from krea2.infra import UserError
 from krea2.pipeline.config import PoolSpec
 
 # The label of a later take of a concept: another render of one thing (its own size, jitter
@@ -32,6 +34,12 @@ from krea2.pipeline.config import PoolSpec
 # funnel counts its outcomes apart.
 VARIANT = "variant"
 ONE_OBJECT_PREFIX = "world-"  # pool keys of the one-object renders
+COPY_MIN_KEPT = 0.78  # the least share of each side a copy's crop keeps (``shapes.copies``)
+# Crops and colour-preserving tone and blur edits. No mirrors: a ShapesWorld caption says where
+# things are, and the mirror of a one-object scene ("a blue circle on the left") is another
+# scene of the pool ("... on the right") pixel for pixel, so a flip is a new scene here.
+DEMO_COPY_EDITS = ("crop", "tone", "degrade")
+MIN_CROPPED_SIDE = 256  # px: the 256 stage's minimum side, which a cropped copy must keep
 
 
 def is_one_object(entry: dict) -> bool:
@@ -108,13 +116,23 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
         PoolItem(f"{ONE_OBJECT_PREFIX}{i:05d}", data, "png", label, scene=scene)
         for i, (data, scene, label) in enumerate(zip(renders, candidates, truth, strict=True))
     ]
+    if not 0 <= spec.n_copies <= spec.n_clean_multi:
+        raise UserError(
+            f"pool.n_copies {spec.n_copies} must be between 0 and pool.n_clean_multi "
+            f"({spec.n_clean_multi}): each copy is of a different clean scene"
+        )
+    # A copy's crop keeps ≥ 78% of each side; the multi-object scenes are drawn large enough
+    # that it still passes the 256 px minimum, so every copy reaches embedding dedup.
+    multi_side = max(spec.side, math.ceil(MIN_CROPPED_SIDE / COPY_MIN_KEPT))
     injected = make_pool(
         seed=spec.seed,
         n_clean=spec.n_clean_multi,
         n_per_defect=spec.n_per_defect,
         n_overrepresented=spec.n_overrepresented,
-        min_side=spec.side,
-        max_side=spec.side + 64,
+        min_side=multi_side,
+        max_side=multi_side + 64,
+        n_copies=spec.n_copies,
+        copy_edits=DEMO_COPY_EDITS,
     )
     # Interleave without reordering the injected items: their originals precede their copies.
     rng = np.random.default_rng(spec.seed)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from krea2.pipeline import html, preference
+from krea2.pipeline import curation, html, preference
 
 
 def thumb(path: Path, side: int = 128) -> str:
@@ -63,6 +63,7 @@ def curation_sections(curate: dict, pool_dir: Path) -> list[tuple[str, str]]:
     return [
         ("Curation funnel", funnel + kept),
         ("Precision and recall against the injected labels", pr),
+        ("Embedding-level curation", curation.embedding_section(curate)),
         ("Example rejects", examples or '<p class="note">none</p>'),
         ("Duplicate groups (keeper first)", groups or '<p class="note">none</p>'),
     ]

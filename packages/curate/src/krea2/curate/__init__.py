@@ -80,6 +80,7 @@ _PUBLIC: dict[str, str] = {
     # embedding-level curation (image embedders in the ``embed`` submodule, `embed` extra)
     "hierarchical_kmeans": "kmeans",
     "balanced_sample": "kmeans",
+    "sample_paths": "kmeans",
     "Hierarchy": "kmeans",
     "semantic_dedup": "semantic_dedup",
     "SemanticDedupResult": "semantic_dedup",

@@ -16,6 +16,9 @@ def train_encoder(
     max_images: int = typer.Option(20000, help="Train on at most this many hash keepers."),
     seed: int = typer.Option(0, help="Sampling and initialisation seed."),
     threads: int = typer.Option(1, help="Torch threads."),
+    flips: bool = typer.Option(
+        True, help="Count a mirrored image as a copy (--no-flips where position matters)."
+    ),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
     """Train the toy image encoder self-supervised on the pool's hash keepers (rows the dedup
@@ -35,6 +38,7 @@ def train_encoder(
     wh = curate.open_warehouse(cluster)
     try:
         rows = [r for r in curate.read_rows(wh, ["uri", "dup_keep"]) if r["dup_keep"]]
+        rows.sort(key=lambda r: r["uri"])  # the sample must not depend on the shards' order
     finally:
         wh.close()
     if len(rows) < 2:
@@ -48,7 +52,7 @@ def train_encoder(
             images.append(decode(read_uri(rows[i]["uri"])).pixels)
         except (OSError, DecodeError):
             continue  # an unreadable keeper is the embed job's to report
-    config = SslConfig(steps=steps, seed=seed, threads=threads)
+    config = SslConfig(steps=steps, seed=seed, threads=threads, flips=flips)
     model, stats = train_toy_encoder(images, config=config)
     save_toy_encoder(model, out)
     typer.echo(

@@ -107,6 +107,44 @@ class SemanticConfig:
     # (the system temp dir when ""): k-means samples them and dedup reads one leaf at a time.
     max_memory_mb: float = 1024.0
     spill_dir: str = ""
+    # Pixel verification (``krea2.curate.copy_verify``): > 0 turns it on. Candidates are the
+    # pairs within ``verify_slack`` below the threshold, at most ``candidates`` per row;
+    # a candidate is a copy when the crop/tone-tolerant correlation reaches ``verify``.
+    verify: float = 0.0
+    verify_slack: float = 0.1
+    candidates: int = 6
+    verify_side: int = 96  # px, longer side of the compared thumbnails
+
+
+@dataclass(frozen=True)
+class SaeFilterConfig:
+    """The SAE artifact filter (``krea2.curate.passes_embed.sae_pass``): a top-k SAE of
+    ``features`` × ``k`` trained ``steps`` × ``batch`` rows; a feature whose ``top_images``
+    most activating images (at least ``min_images`` active) carry one of
+    ``artifact_reasons`` (comma-separated reject reasons) in at least ``min_share`` of them
+    is an artifact feature."""
+
+    features: int = 128
+    k: int = 4
+    steps: int = 400
+    batch: int = 256
+    top_images: int = 6
+    min_images: int = 2
+    min_share: float = 0.5
+    artifact_reasons: str = "text_density,text_legibility"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BalanceConfig:
+    """Balanced sampling over the k-means hierarchy: keep ``share`` of the kept rows."""
+
+    share: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.share <= 1.0:
+            raise ValueError(f"balance.share must be in (0, 1], got {self.share}")
 
 
 @dataclass(frozen=True)
@@ -121,6 +159,8 @@ class CurateConfig:
     concepts: ConceptConfig = field(default_factory=ConceptConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    sae: SaeFilterConfig = field(default_factory=SaeFilterConfig)
+    balance: BalanceConfig = field(default_factory=BalanceConfig)
 
     @property
     def stage_side(self) -> int:

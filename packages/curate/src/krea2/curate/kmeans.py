@@ -118,8 +118,14 @@ def _split_budget(budget: int, sizes: np.ndarray) -> np.ndarray:
 def balanced_sample(h: Hierarchy, budget: int, seed: int = 0) -> np.ndarray:
     """Indices of ``budget`` vectors drawn top-down, evenly over the clusters of each
     level (``_split_budget``), then at random inside each leaf; sorted."""
+    return sample_paths(h.paths(), budget, seed)
+
+
+def sample_paths(paths: np.ndarray, budget: int, seed: int = 0) -> np.ndarray:
+    """``balanced_sample`` over (n, L) int cluster ids per level, leaf first (as
+    ``Hierarchy.paths``; the warehouse's ``cluster`` column reversed)."""
     rng = np.random.default_rng(seed)
-    paths = h.paths()  # (n, L), leaf first
+    paths = np.asarray(paths, np.int64).reshape(len(paths), -1)
     top = paths.shape[1] - 1
 
     def draw(members: np.ndarray, level: int, want: int) -> list[np.ndarray]:

@@ -114,10 +114,12 @@ def semantic_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     """Recompute semantic dedup over every embedded row: hierarchical k-means, then the
     keep rule inside bounded leaves (``krea2.curate.semantic_dedup``); rank = part 1's
     keep rule (largest, then earliest ingest)."""
-    cols = ["image_key", "seq", "width", "height", "embedding", "embed_model"]
+    cols = ["image_key", "seq", "uri", "width", "height", "embedding", "embed_model"]
     rows = list(scan_all(wh, STAGES_BY_NAME["semantic"].filters(), cols))
     if not rows:
         return {"rows": 0, "duplicates": 0}
+    # One order whatever the shards return: k-means' sample and seeds follow row order.
+    rows.sort(key=lambda r: (r["seq"] if r["seq"] is not None else 0, r["image_key"]))
     c = cfg.semantic
     threshold = embedder_threshold({r["embed_model"] for r in rows}, c.threshold)
     keys = [r["image_key"] for r in rows]
@@ -143,7 +145,7 @@ def _semantic(
 ) -> dict[str, int]:
     from krea2.curate.kmeans import hierarchical_kmeans
     from krea2.curate.review import record_clusters
-    from krea2.curate.semantic_dedup import semantic_dedup
+    from krea2.curate.semantic_dedup import keep_rule, similar_pairs
 
     n = len(rows)
     k = [max(1, -(-n // (c.leaf_size * 8**level))) for level in range(c.levels)]
@@ -158,15 +160,20 @@ def _semantic(
     )
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
-    res = semantic_dedup(x, rank, h.leaf, threshold, c.max_leaf, c.probe, c.margin)
+    search = threshold - c.verify_slack if c.verify > 0 else threshold
+    pairs, sims, leaves = similar_pairs(x, h.leaf, search, c.max_leaf, c.probe, c.margin)
+    candidates = len(pairs)
+    if c.verify > 0 and len(pairs):
+        pairs, sims = _verified(rows, pairs, sims, c)
+    keep, dup_of, similarity = keep_rule(n, rank, pairs, sims)
     paths = h.paths()[:, ::-1]  # top level first
     patch = [
         {
             "image_key": keys[i],
-            "sem_keep": bool(res.keep[i]),
-            "sem_kind": "" if res.keep[i] else "semantic_duplicate",
-            "sem_dup_of": keys[i] if res.keep[i] else keys[int(res.dup_of[i])],
-            "sem_similarity": float(res.similarity[i]),
+            "sem_keep": bool(keep[i]),
+            "sem_kind": "" if keep[i] else "semantic_duplicate",
+            "sem_dup_of": keys[i] if keep[i] else keys[int(dup_of[i])],
+            "sem_similarity": float(similarity[i]),
             "cluster": "/".join(str(int(v)) for v in paths[i]),
         }
         for i in range(n)
@@ -177,7 +184,35 @@ def _semantic(
     flagged = record_clusters(wh, [p["cluster"] for p in patch])
     return {
         "rows": n,
-        "duplicates": int((~res.keep).sum()),
-        "leaves": int(res.leaf.max()) + 1,
+        "duplicates": int((~keep).sum()),
+        "leaves": int(leaves.max()) + 1,
         "flagged": flagged,
+        "threshold": round(threshold, 4),
+        "candidates": candidates,
+        "verified": len(pairs),
     }
+
+
+def _verified(rows: list[dict], pairs: np.ndarray, sims: np.ndarray, c) -> tuple:
+    """The candidate ``pairs`` (at most ``c.candidates`` per row) that pass the pixel check,
+    with the check's scores as their similarity. A row whose image no longer reads is left
+    out of every pair (kept: nothing to compare it with)."""
+    from krea2.curate.copy_verify import thumbnail, top_candidates, verify_pairs
+    from krea2.curate.decode import DecodeError, decode
+    from krea2.curate.storage import read_uri
+
+    pick = top_candidates(pairs, sims, c.candidates)
+    pairs = pairs[pick]
+    thumbs = {}
+    for i in np.unique(pairs).tolist():
+        r = rows[i]
+        try:
+            pixels = decode(read_uri(r["uri"])).pixels
+        except (OSError, DecodeError):
+            continue
+        size = (r["width"], r["height"]) if r["width"] and r["height"] else None
+        thumbs[i] = thumbnail(pixels, c.verify_side, size)
+    readable = np.asarray([int(i) in thumbs and int(j) in thumbs for i, j in pairs], bool)
+    pairs = pairs[readable] if len(pairs) else pairs
+    ok, scores = verify_pairs(thumbs, pairs, c.verify)
+    return pairs[ok], scores[ok]

@@ -11,7 +11,9 @@ and the in-memory verdict are all derived from ``STAGES``:
           → captions (job: where text_reject = ''; a captioner by name)
       → embed    (job: where dup_keep = TRUE; an embedder by spec, vectors to the store)
         → semantic (pass: embedded rows; semantic dedup within k-means leaves)
+          → sae      (pass: embedded rows; SAE features, the artifact filter)
           → review   (pass: clustered rows; reviewers' dropped clusters)
+            → balance  (pass: clustered rows; balanced sampling over the hierarchy)
         → classify (job: embedded rows; distilled heads score the stored vectors)
 
 A job is a krablet job (claimed row by row, parallel, resumable); a pass is an idempotent
@@ -245,6 +247,17 @@ STAGES: tuple[Stage, ...] = (
         reject=Reject("sem_kind"),
     ),
     Stage(
+        "sae",
+        StageKind.PASS,
+        {
+            "sae_features": "text",  # dominant SAE features, most active first: '12,3,40'
+            "sae_reject": "text",  # '' or sae_artifact (dominant feature is an artifact's)
+        },
+        run="krea2.curate.passes_embed:sae_pass",
+        when=(("embedding", "is not", None),),
+        reject=Reject("sae_reject"),
+    ),
+    Stage(
         "classify",
         StageKind.JOB,
         {"class_scores": "jsonb"},  # {task: calibrated probability} of each head
@@ -260,6 +273,14 @@ STAGES: tuple[Stage, ...] = (
         run="krea2.curate.review:review_pass",
         when=(("cluster", "is not", None),),
         reject=Reject("cluster_reject"),
+    ),
+    Stage(
+        "balance",
+        StageKind.PASS,
+        {"sample_keep": "boolean"},  # drawn by balanced sampling over the k-means hierarchy
+        run="krea2.curate.passes_embed:balance_pass",
+        when=(("cluster", "is not", None),),
+        reject=Reject("sample_keep", when_false="unsampled"),
     ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

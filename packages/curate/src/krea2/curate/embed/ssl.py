@@ -48,6 +48,10 @@ class SslConfig:
     temperature: float = 0.07
     seed: int = 0
     threads: int = 1
+    # Whether a mirrored image counts as a copy. Off where position is part of what an image
+    # shows (ShapesWorld's captions say "on the left"): there the mirror of a one-object
+    # scene is another scene of the pool, pixel for pixel.
+    flips: bool = True
 
 
 def to_sources(images: Sequence[np.ndarray], side: int) -> torch.Tensor:
@@ -58,10 +62,15 @@ def to_sources(images: Sequence[np.ndarray], side: int) -> torch.Tensor:
 
 
 def augment(
-    src: torch.Tensor, side: int, gen: torch.Generator, min_kept: float = TRAIN_MIN_KEPT
+    src: torch.Tensor,
+    side: int,
+    gen: torch.Generator,
+    min_kept: float = TRAIN_MIN_KEPT,
+    flips: bool = True,
 ) -> torch.Tensor:
     """(b, 3, S, S) float [0, 1] → one random copy-edit view per image, (b, 3, side, side);
-    a crop keeps at least ``min_kept`` of each side."""
+    a crop keeps at least ``min_kept`` of each side; half the views are mirrored if
+    ``flips``."""
     b = src.shape[0]
 
     def u(lo: float, hi: float) -> torch.Tensor:
@@ -69,7 +78,7 @@ def augment(
 
     sx, sy = u(min_kept, 1.0), u(min_kept, 1.0)  # kept share of each side
     tx, ty = (1 - sx) * u(-1, 1), (1 - sy) * u(-1, 1)
-    flip = torch.where(torch.rand(b, generator=gen) < 0.5, -1.0, 1.0)
+    flip = torch.where(torch.rand(b, generator=gen) < (0.5 if flips else 0.0), -1.0, 1.0)
     theta = torch.zeros(b, 2, 3)
     theta[:, 0, 0], theta[:, 0, 2] = sx * flip, tx
     theta[:, 1, 1], theta[:, 1, 2] = sy, ty
@@ -128,8 +137,8 @@ def train_toy_encoder(
         model.train()
         for step in range(c.steps):
             idx = torch.randperm(len(src), generator=gen)[:batch]
-            a = model(augment(src[idx], mc.side, gen))
-            b = model(augment(src[idx], mc.side, gen))
+            a = model(augment(src[idx], mc.side, gen, flips=c.flips))
+            b = model(augment(src[idx], mc.side, gen, flips=c.flips))
             loss = info_nce(a, b, c.temperature)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -140,7 +149,7 @@ def train_toy_encoder(
                 log(step, losses[-1])
         seconds = time.perf_counter() - start
         model.eval()
-        threshold, sims = calibrate_threshold(model, src, gen)
+        threshold, sims = calibrate_threshold(model, src, gen, flips=c.flips)
         model.config = replace(mc, threshold=threshold)
     finally:
         torch.set_num_threads(previous)
@@ -155,7 +164,7 @@ def _embed(model: ToyEncoder, x: torch.Tensor, chunk: int = 256) -> torch.Tensor
 
 @torch.inference_mode()
 def calibrate_threshold(
-    model: ToyEncoder, src: torch.Tensor, gen: torch.Generator, views: int = 4
+    model: ToyEncoder, src: torch.Tensor, gen: torch.Generator, views: int = 4, flips: bool = True
 ) -> tuple[float, dict]:
     """The cosine threshold above which two images are copies, from the pool alone: the
     ``COPY_QUANTILE`` quantile of the similarity between each image and ``views`` fresh
@@ -167,7 +176,10 @@ def calibrate_threshold(
     plain = F.interpolate(src, size=(side, side), mode="area")
     ref = _embed(model, plain)
     pos = torch.cat(
-        [(_embed(model, augment(src, side, gen, COPY_MIN_KEPT)) * ref).sum(1) for _ in range(views)]
+        [
+            (_embed(model, augment(src, side, gen, COPY_MIN_KEPT, flips)) * ref).sum(1)
+            for _ in range(views)
+        ]
     )
     sim = ref @ ref.T
     sim.fill_diagonal_(-1.0)

@@ -11,6 +11,7 @@ feature map (side/16 × side/16) is flattened instead.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,8 +73,15 @@ def save_toy_encoder(model: ToyEncoder, path: Path) -> Path:
 
     path.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path / WEIGHTS_FILE))
-    (path / CONFIG_FILE).write_text(json.dumps(asdict(model.config), indent=1))
+    # Weights first, then the config, each renamed into place: a directory with a config
+    # holds a whole model, so a saver killed midway leaves nothing that loads.
+    (path / CONFIG_FILE).unlink(missing_ok=True)
+    tmp = path / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp))
+    os.replace(tmp, path / WEIGHTS_FILE)
+    tmp = path / (CONFIG_FILE + ".tmp")
+    tmp.write_text(json.dumps(asdict(model.config), indent=1))
+    os.replace(tmp, path / CONFIG_FILE)
     return path
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from krea2.curate.shapes.annotate import shapes_captioner, shapes_tagger
 from krea2.curate.shapes.captions import captions
+from krea2.curate.shapes.copies import COPY_EDITS
 from krea2.curate.shapes.defects import (
     DEFECT_CLASSES,
     OVERREPRESENTED,
+    SEMANTIC_DUPLICATE,
     PoolItem,
     encode,
     make_pool,
@@ -63,8 +65,10 @@ __all__ = [
     "BACKGROUND_KINDS",
     "CELLS",
     "COLORS",
+    "COPY_EDITS",
     "DEFECT_CLASSES",
     "OVERREPRESENTED",
+    "SEMANTIC_DUPLICATE",
     "SHAPES",
     "SIZES",
     "WORDS",

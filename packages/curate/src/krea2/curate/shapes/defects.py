@@ -206,15 +206,20 @@ def make_pool(
     max_side: int = 400,
     classes: Sequence[str] = DEFECT_CLASSES,
     n_copies: int = 0,
+    copy_edits: Sequence[str] = COPY_EDITS,
 ) -> list[PoolItem]:
     """A raw pool: ``n_clean`` clean scenes (2–3 shapes, some with a word), then
     ``n_per_defect`` items of each defect class (``n_overrepresented`` of the over-represented
     concept; ``n_copies`` semantic duplicates, copies that hashes miss, ``shapes.copies``),
     shuffled, with clean originals always before their duplicates.
 
+    Copy ``j`` is made by ``copy_edits[j % len(copy_edits)]``.
+
     Clean images have shorter side ``min_side..max_side`` px and aspect ≤ 1.5; they pass
     every default filter at the 256 stage. ``classes`` limits which defects are injected.
     """
+    if n_copies and (not copy_edits or set(copy_edits) - set(COPY_EDITS)):
+        raise ValueError(f"copy_edits {list(copy_edits)} must be some of {COPY_EDITS}")
     unknown = set(classes) - set(DEFECT_CLASSES)
     if unknown:
         raise ValueError(f"unknown defect classes {sorted(unknown)}; known: {DEFECT_CLASSES}")
@@ -287,7 +292,7 @@ def make_pool(
     if n_copies:
         # Drawn after everything else, so a pool without copies is the same as before.
         for j, i in enumerate(rng.choice(len(clean), size=n_copies, replace=False)):
-            edit = COPY_EDITS[j % len(COPY_EDITS)]
+            edit = copy_edits[j % len(copy_edits)]
             px = copy_edit(clean_pixels[i], edit, rng)
             ext = "jpg" if rng.random() < 0.7 else "png"
             # No scene: after a flip or a crop the original's spec no longer describes it.

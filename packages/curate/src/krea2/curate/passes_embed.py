@@ -1,0 +1,132 @@
+"""Embedding-level passes after semantic dedup: the SAE artifact filter and balanced sampling.
+
+Both are recomputations over the warehouse, like the other passes: rows are read in one
+fixed order (ingest ``seq``, then key) and every random draw is seeded, so a rerun, or a
+run interrupted and resumed, writes the same verdicts.
+
+**SAE artifact filter** (``sae_pass``): a top-k SAE (``krea2.curate.embed.sae``) is trained
+on the embedded rows' vectors; each feature is labelled from its most activating images:
+when at least ``sae.min_share`` of them carry a reject reason listed in
+``sae.artifact_reasons`` (the OCR stage's text rejects by default: what the cheap stages
+already know to be an artifact), the feature is an artifact feature, and every row whose
+dominant feature is one gets ``sae_reject = 'sae_artifact'``. So the filter carries what
+the cheap stages found on a few rows to every row the SAE puts with them, with no
+classifier per artifact. A VLM naming the features (``krea2.curate.vlm``) is the other way
+to label them.
+
+**Balanced sampling** (``balance_pass``): of the rows every earlier stage kept, a budget of
+``balance.share`` of them is drawn evenly over the semantic pass's k-means hierarchy
+(``krea2.curate.kmeans.sample_paths``: each cluster gets an equal share of its parent's
+budget, small ones are kept whole); the rest get ``sample_keep = FALSE`` (reason
+``unsampled``). ``share = 1`` keeps every row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from krea2.curate.config import CurateConfig
+from krea2.curate.stages import STAGES, STAGES_BY_NAME, TABLE, reject_columns
+from krea2.curate.warehouse import scan_all
+from krea2.krablet import Warehouse
+
+SAE_REJECT = "sae_artifact"
+UNSAMPLED = "unsampled"
+
+
+def _ordered(rows: list[dict]) -> list[dict]:
+    """Rows in ingest order (then key): one order for every run, whatever the shards return."""
+    return sorted(rows, key=lambda r: (r.get("seq") or 0, r["image_key"]))
+
+
+def _reason_before(row: dict[str, Any], stage: str) -> str | None:
+    """The row's reject reason from the stages before ``stage`` (DAG order)."""
+    for s in STAGES:
+        if s.name == stage:
+            return None
+        if s.reject is not None and (reason := s.reject.reason(row)):
+            return reason
+    return None
+
+
+def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
+    """Train the SAE on every embedded row, label its features from their top images and
+    write ``sae_features`` (dominant features, most active first, comma-separated) and
+    ``sae_reject``. Returns the SAE's stats (FVU, L0, dead features) and the artifact
+    features with the reasons that labelled them."""
+    from krea2.curate.embed.sae import SaeConfig, codes, tag, top_images, train_sae
+    from krea2.curate.embed.store import read_vectors
+
+    c = cfg.sae
+    cols = ["image_key", "seq", "embedding", *reject_columns()]
+    rows = _ordered(list(scan_all(wh, STAGES_BY_NAME["sae"].filters(), cols)))
+    if len(rows) < 2:
+        return {"rows": len(rows), "flagged": 0}
+    keys = [r["image_key"] for r in rows]
+    x = read_vectors([r["embedding"] for r in rows], keys).astype(np.float32)
+    config = SaeConfig(features=c.features, k=c.k, steps=c.steps, batch=c.batch, seed=c.seed)
+    sae, stats = train_sae(x, config)
+    z = codes(sae, x)
+    reasons = [_reason_before(r, "sae") for r in rows]
+    wanted = {s.strip() for s in c.artifact_reasons.split(",") if s.strip()}
+    artifact: dict[int, str] = {}
+    for f in range(z.shape[1]):
+        top = top_images(z, f, c.top_images)
+        if len(top) < c.min_images:
+            continue  # too few images to say what the feature is
+        hits = [reasons[i] for i in top if reasons[i] in wanted]
+        if len(hits) >= c.min_share * len(top):
+            artifact[f] = max(set(hits), key=hits.count)
+    dominant = tag(z, top=3)
+    patch = [
+        {
+            "image_key": k,
+            "sae_features": ",".join(map(str, feats)),
+            "sae_reject": SAE_REJECT if feats and feats[0] in artifact else "",
+        }
+        for k, feats in zip(keys, dominant, strict=True)
+    ]
+    with wh.funnel() as fn:
+        fn.patch(TABLE, patch)
+        fn.flush()
+    return {
+        "rows": len(rows),
+        "flagged": sum(p["sae_reject"] != "" for p in patch),
+        "artifact_features": {str(f): r for f, r in sorted(artifact.items())},
+        **{k: round(float(v), 4) for k, v in stats.items() if k in SAE_STATS},
+    }
+
+
+SAE_STATS = ("fvu", "l0", "dead_features", "dead_share", "max_frequency", "seconds")
+
+
+def balance_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
+    """Draw ``balance.share`` of the rows every earlier stage kept, evenly over the k-means
+    hierarchy of their ``cluster`` paths, and write ``sample_keep`` for every clustered row
+    (FALSE: not drawn, or rejected earlier)."""
+    from krea2.curate.kmeans import sample_paths
+
+    c = cfg.balance
+    cols = ["image_key", "seq", "cluster", *reject_columns()]
+    rows = _ordered(list(scan_all(wh, STAGES_BY_NAME["balance"].filters(), cols)))
+    kept = [r for r in rows if _reason_before(r, "balance") is None]
+    drawn: set[str] = set()
+    if kept:
+        paths = np.asarray([[int(p) for p in r["cluster"].split("/")][::-1] for r in kept])
+        budget = round(c.share * len(kept))
+        drawn = {kept[i]["image_key"] for i in sample_paths(paths, budget, c.seed)}
+    patch = [{"image_key": r["image_key"], "sample_keep": r["image_key"] in drawn} for r in rows]
+    with wh.funnel() as fn:
+        fn.patch(TABLE, patch)
+        fn.flush()
+    leaves_before = len({r["cluster"] for r in kept})
+    leaves_after = len({r["cluster"] for r in kept if r["image_key"] in drawn})
+    return {
+        "rows": len(rows),
+        "kept_before": len(kept),
+        "drawn": len(drawn),
+        "leaves_before": leaves_before,
+        "leaves_after": leaves_after,
+    }
