@@ -53,10 +53,17 @@ root = importlib.import_module(f"krea2.{name}")
 mods = [m.name for m in pkgutil.walk_packages(root.__path__, prefix=f"krea2.{name}.",
         onerror=lambda n: None) if not any(p.startswith("_") for p in m.name.split("."))]
 api = []  # [source file, qualified name] of every exported function and class
-for export in getattr(root, "__all__", []):
+queue, seen = [(root, n) for n in getattr(root, "__all__", [])], set()
+while queue:
+    owner, export = queue.pop()
     try:
-        obj = inspect.unwrap(getattr(root, export))
-    except ImportError:  # an optional extra this environment lacks: mypy still reads it
+        obj = inspect.unwrap(getattr(owner, export))
+    except (ImportError, AttributeError):  # an extra this environment lacks: mypy reads it
+        continue
+    if inspect.ismodule(obj):  # an exported subpackage: its own __all__ is API too
+        if obj.__name__.startswith(f"krea2.{name}") and obj.__name__ not in seen:
+            seen.add(obj.__name__)
+            queue += [(obj, n) for n in getattr(obj, "__all__", [])]
         continue
     obj = getattr(obj, "py_func", obj)  # numba dispatchers wrap the Python function
     if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(
