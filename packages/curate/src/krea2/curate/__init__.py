@@ -49,6 +49,9 @@ _PUBLIC: dict[str, str] = {
     "stage_buckets": "export",
     "Sample": "export",
     "ExportStats": "export",
+    # a user's folder of captioned images -> shards (krea2 train prepare)
+    "prepare_folder": "prepare",
+    "PrepareResult": "prepare",
     "write_report": "report",
     # configuration
     "CurateConfig": "config",

@@ -4,6 +4,12 @@ Every installed krea2 package registers a typer app (or a plain function) under 
 entry-point group ``krea2.cli``. Sub-apps are imported only when invoked, so
 ``krea2 --help`` stays fast and a plugin that fails to import prints one line naming it
 instead of taking the whole CLI down.
+
+A command group can also gain sub-commands from other packages: an entry point named
+``NAME`` in the group ``krea2.cli.GROUP`` becomes ``krea2 GROUP NAME`` (the group's own
+command of that name wins). This lets a package that may not be imported by the group's
+package add to it, e.g. the umbrella registers ``krea2 train prepare`` (curate's folder
+preparation) although krea2-trainer must not depend on krea2-curate.
 """
 
 from __future__ import annotations
@@ -130,16 +136,54 @@ class LazyPluginGroup(TyperGroup):
         return name, command, rest
 
 
-def load_plugin(ep: metadata.EntryPoint) -> click.Command:
-    """Import one plugin; any failure becomes one line naming the plugin and its module."""
+def load_plugin(ep: metadata.EntryPoint, where: str = "") -> click.Command:
+    """Import one plugin; any failure becomes one line naming the plugin and its module.
+    A group gets the sub-command plugins registered for it (:func:`add_subcommands`)."""
     try:
-        return as_click_command(ep.load(), ep.name)
+        command = as_click_command(ep.load(), ep.name)
     except Exception as exc:  # a broken plugin must not take the CLI down
-        dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
-        raise PluginLoadError(
-            f"the '{ep.name}' command ({ep.value}, from {dist}) failed to load: "
-            f"{type(exc).__name__}: {exc}"
-        ) from None
+        raise _load_error(ep, where, exc) from None
+    if not where:
+        add_subcommands(command, ep.name)
+    return command
+
+
+def _load_error(ep: metadata.EntryPoint, where: str, exc: Exception) -> PluginLoadError:
+    dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
+    return PluginLoadError(
+        f"the '{where}{ep.name}' command ({ep.value}, from {dist}) failed to load: "
+        f"{type(exc).__name__}: {exc}"
+    )
+
+
+def subcommand_entry_points(group: str) -> dict[str, metadata.EntryPoint]:
+    """Entry points of the ``krea2.cli.<group>`` group, by sub-command name."""
+    eps = metadata.entry_points(group=f"{ENTRY_POINT_GROUP}.{group}")
+    return {ep.name: ep for ep in sorted(eps, key=lambda e: e.name)}
+
+
+def add_subcommands(command: click.Command, group: str) -> None:
+    """Add the ``krea2.cli.<group>`` plugins to ``command`` when it is a group (duck-typed:
+    typer may vendor its own click). A plugin that fails to import becomes a sub-command
+    that prints which one failed and why, so the group's other commands still run."""
+    if not (hasattr(command, "commands") and hasattr(command, "add_command")):
+        return
+    for name, ep in subcommand_entry_points(group).items():
+        if name in command.commands:  # the group's own command of that name wins
+            continue
+        try:
+            sub = load_plugin(ep, where=f"{group} ")
+        except PluginLoadError as exc:
+            sub = as_click_command(_failing(exc, ep), name)
+        command.add_command(sub, name)
+
+
+def _failing(exc: PluginLoadError, ep: metadata.EntryPoint) -> Callable[[], None]:
+    def broken() -> None:
+        raise exc
+
+    broken.__doc__ = f"(failed to load: {ep.value})"
+    return broken
 
 
 app = typer.Typer(
