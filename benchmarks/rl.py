@@ -19,6 +19,13 @@ cost per request (a reward that returns zeros), and the aesthetic reward served 
 ``krea2 rl serve-reward`` in a process of its own.
 
 Writes benchmarks/results/rl.json and the ``rl`` section of docs/benchmarks.md.
+
+GRPO iteration (``--grpo-only``, or after the rest): one ``krea2.rl.grpo`` iteration on the
+toy DiT split into rollout (SDE window with per-step log-probabilities), reward (the
+ShapesWorld rubric in-process) and training (the window's clipped-ratio loss, backward,
+AdamW step), against the bare Euler sampler and a bare flow-matching step on the same
+window states, alternating per round. Writes benchmarks/results/rl-grpo.json and the
+``rl-grpo`` section.
 """
 
 from __future__ import annotations
@@ -457,6 +464,121 @@ def rewards(quick: bool, batch: int, clients: int, rounds: int) -> tuple[dict, l
     return res, md
 
 
+GRPO_TARGET = 1.15  # (rollout + GRPO training) / (bare sampler + bare training step)
+
+
+def grpo_overhead(
+    size: str, prompts: int, group: int, sample_steps: int, window: int, rounds: int,
+    threads: int,
+) -> dict:  # fmt: skip
+    """Median seconds of each part of a GRPO iteration and of its bare counterparts on the
+    same batch (module docstring); the first round is a warm-up, not counted."""
+    import torch
+
+    from krea2.curate import shapes
+    from krea2.dit import euler_sample, flow, to_uint8
+    from krea2.rl.grpo import grpo_terms, sde_rollout, step_log_prob
+    from krea2.rl.grpo.objective import autoencoder_of
+    from krea2.rl.rewards import ShapesRubricReward
+    from krea2.trainer import load_stage_module
+
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    texts = [shapes.captions(shapes.sample_scene(rng))["medium"] for _ in range(prompts)]
+    captions = [p for p in texts for _ in range(group)]
+    n = len(captions)
+    with tempfile.TemporaryDirectory() as tmp:
+        job = job_config(Path(tmp), "grpo", Path(tmp) / "none", 1, size, 1, threads)
+        module = load_stage_module(job, 0, trained=False).train()
+    ae = autoencoder_of(job, torch.device("cpu"))
+    side = SIZES[size][1]
+    shape = (ae.latent_channels, side // ae.spatial_factor, side // ae.spatial_factor)
+    noise = torch.randn((n, *shape), generator=torch.Generator().manual_seed(0))
+    times = flow.sampling_times(sample_steps, 0.5)
+    steps = list(range(1, 1 + window))
+    opt = torch.optim.AdamW(module.parameters(), lr=0.0)  # the same weights every round
+    reward = ShapesRubricReward(ocr=False)
+    adv = torch.randn(n, generator=torch.Generator().manual_seed(1))
+
+    def velocity(x, t):
+        return module(x, t.to(x.dtype), captions)[0]
+
+    def bare_sample():
+        return euler_sample(velocity, noise, times)
+
+    def rollout():
+        gens = [torch.Generator().manual_seed(i) for i in range(n)]
+        return sde_rollout(velocity, noise, times, steps, 0.7, gens)
+
+    ro = rollout()
+
+    def rewards():
+        with torch.no_grad():
+            images = to_uint8(ae.decode(ro.x0)).numpy()
+        return reward(images, captions)
+
+    def bare_train():
+        for k in range(window):
+            x, t = ro.states[k], float(times[ro.window[k]])
+            v = velocity(x, torch.full((n,), t))
+            (v.float() - ro.next_states[k]).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def grpo_train():
+        for k in range(window):
+            logp, _ = step_log_prob(velocity, ro, k, slice(0, n))
+            loss, _, _ = grpo_terms(logp, ro.log_probs[k], adv, 0.01)
+            loss.mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    parts = {"bare_sample": bare_sample, "rollout": rollout, "reward": rewards,
+             "bare_train": bare_train, "grpo_train": grpo_train}  # fmt: skip
+    times_s: dict[str, list[float]] = {k: [] for k in parts}
+    names = list(parts)
+    for r in range(rounds + 1):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
+            t0 = time.perf_counter()
+            parts[name]()
+            if r:
+                times_s[name].append(time.perf_counter() - t0)
+    med = {k: median(v) for k, v in times_s.items()}
+    bare = med["bare_sample"] + med["bare_train"]
+    return {
+        "images": n, "prompts": prompts, "group": group, "sample_steps": sample_steps,
+        "window": window, "rounds": rounds, "size": size, "seconds": med,
+        "overhead": (med["rollout"] + med["grpo_train"]) / bare,
+        "overhead_with_reward": (med["rollout"] + med["reward"] + med["grpo_train"]) / bare,
+        "rollout_vs_sampler": med["rollout"] / med["bare_sample"],
+        "train_vs_step": med["grpo_train"] / med["bare_train"],
+    }  # fmt: skip
+
+
+def grpo_markdown(g: dict, command: str) -> str:
+    sec = g["seconds"]
+    rows = [
+        ["rollout (SDE window, log-probs)", f"{sec['rollout']:.3f}", "bare Euler sampler",
+         f"{sec['bare_sample']:.3f}", f"{g['rollout_vs_sampler']:.3f}x"],
+        ["GRPO training (window, clipped ratio)", f"{sec['grpo_train']:.3f}",
+         "bare flow-matching step on the same states", f"{sec['bare_train']:.3f}",
+         f"{g['train_vs_step']:.3f}x"],
+        ["reward (rubric, in-process)", f"{sec['reward']:.3f}", "", "", ""],
+    ]  # fmt: skip
+    verdict = "within" if g["overhead"] <= GRPO_TARGET else "over"
+    return (
+        "## RL: GRPO iteration overhead (`benchmarks/rl.py --grpo-only`)\n\n"
+        f"`{command}`\n\n"
+        f"One iteration on the {g['size']} DiT: {g['prompts']} prompts x {g['group']} images, "
+        f"{g['sample_steps']} sampling steps with a {g['window']}-step SDE window; medians of "
+        f"{g['rounds']} rounds, parts rotated per round.\n\n"
+        + table(["GRPO part", "s", "bare counterpart", "s", "ratio"], rows)
+        + f"\n\nOverhead (rollout + GRPO training) / (sampler + training step): "
+        f"**{g['overhead']:.3f}x**, {verdict} the {GRPO_TARGET}x target; with the reward "
+        f"call: {g['overhead_with_reward']:.3f}x (the reward is work the bare pair does not do)."
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=sorted(SIZES), default="toy")
@@ -468,7 +590,15 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="images per reward request")
     ap.add_argument("--clients", type=int, default=4, help="concurrent reward clients")
     ap.add_argument("--rounds", type=int, default=3, help="reward in-process/HTTP rounds")
+    ap.add_argument("--grpo-only", action="store_true", help="only the GRPO iteration")
+    ap.add_argument("--grpo-rounds", type=int, default=6, help="GRPO iteration rounds")
     args = ap.parse_args()
+    command = " ".join(["uv run --frozen python benchmarks/rl.py", *sys.argv[1:]])
+    g = grpo_overhead(args.size, 4, 8, 8, 2, args.grpo_rounds, args.threads)
+    print(json.dumps(g, indent=1), flush=True)
+    write_results("rl-grpo", {"command": command, **g}, grpo_markdown(g, command))
+    if args.grpo_only:
+        return
     steps = args.steps or SIZES[args.size][2] // (4 if args.quick else 1)
     skip = min(3, steps // 4)  # warm-up rounds, not counted
     command = " ".join(["uv run --frozen python benchmarks/rl.py", *sys.argv[1:]])
