@@ -65,7 +65,7 @@ def test_the_thinking_trace_names_the_request_and_what_is_left_open():
     cfg = UserPromptConfig(mention_kind=1.0, keep_position=0.0, keep_total=0.0)
     p = user_prompt(scene, np.random.default_rng(0), cfg)
     assert "a red circle" in p.thinking and "a blue square" in p.thinking
-    assert "where the shapes go" in p.thinking and "the background" in p.thinking
+    assert "Open: where the shapes go" in p.thinking and "the background" in p.thinking
 
 
 def test_rich_scenes_weigh_more():

@@ -1,6 +1,7 @@
 """krea2.expander: the prompt expander (report §8).
 
-Built so far: the SFT data — synthetic short user requests from long captions (by rule on
+Built so far: SFT with trl's `SFTTrainer` (a local Qwen3, or on the toy a tiny Qwen3 and a
+byte-level BPE trained on the chats, from scratch on CPU); the SFT data — synthetic short user requests from long captions (by rule on
 ShapesWorld, where each request knows the requirements it kept and dropped; through an LLM
 over an OpenAI-compatible server for real captions), thinking traces, distribution
 shaping — and the faithfulness measure (verifiable on ShapesWorld, an LLM judge otherwise).
@@ -21,6 +22,14 @@ _HOMES: dict[str, str | None] = {
     "chat_example": "sft_data",
     "read_shard_scenes": "sft_data",
     "shapes_sft_examples": "sft_data",
+    "SftConfig": "sft",
+    "run_sft": "sft",
+    "generate": "sft",
+    "split_answer": "sft_data",
+    "ToyModelConfig": "toy_model",
+    "load_model": "toy_model",
+    "tiny_qwen3": "toy_model",
+    "train_tokenizer": "toy_model",
     "UserPrompt": "user_prompts",
     "UserPromptConfig": "user_prompts",
     "user_prompt": "user_prompts",

@@ -37,12 +37,14 @@ __all__ = [
     "read_shard_scenes",
     "reads_as_photo",
     "shapes_sft_examples",
+    "split_answer",
 ]
 
+# Short: it is part of every training and serving sequence. The rules it states are
+# what the rewards check (faithfulness to the request; details added, none contradicted).
 SYSTEM_PROMPT = (
-    "You expand a user's short image request into a detailed prompt for a text-to-image "
-    "model. Think first, briefly, about what the user asked and what they left open; then "
-    "write one detailed prompt that keeps every requested detail exactly and contradicts none."
+    "Expand the user's image request into one detailed prompt. Think briefly first. Keep "
+    "every requested detail exactly; add the rest."
 )
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -67,6 +69,15 @@ class Shaping:
 def assistant_turn(thinking: str, expansion: str) -> str:
     """The assistant's text: the trace in a think block, then the expansion (Qwen3's layout)."""
     return f"{THINK_OPEN}\n{thinking}\n{THINK_CLOSE}\n\n{expansion}"
+
+
+def split_answer(text: str) -> tuple[str, str]:
+    """(thinking, expansion) of an assistant text; an answer without a closed think block
+    is all expansion (a model may skip thinking), with the open tag removed."""
+    if THINK_CLOSE in text:
+        thinking, expansion = text.split(THINK_CLOSE, 1)
+        return thinking.replace(THINK_OPEN, "").strip(), expansion.strip()
+    return "", text.replace(THINK_OPEN, "").strip()
 
 
 def chat_example(request: str, thinking: str, expansion: str) -> dict[str, list[dict[str, str]]]:

@@ -176,7 +176,7 @@ def thinking_trace(
     text: str, kept: tuple[Requirement, ...], dropped: tuple[Requirement, ...], scene: Scene
 ) -> str:
     """A short reasoning trace that reconstructs the intent: what was asked, what is left
-    open, and how the expansion will fill it (kept verbatim, the rest chosen)."""
+    open (the plan for what the expansion adds), and the rule: keep the asked, choose the rest."""
     placed = {(r.color, r.shape) for r in kept if r.kind in ("position", "count")}
     shown = [
         r
@@ -195,11 +195,11 @@ def thinking_trace(
         open_parts.append("the background")
     if scene.word is not None and not any(r.kind == "word" for r in kept):
         open_parts.append("any lettering")
+    # Short on purpose: a trace is trained on and generated for every request, and its
+    # job is to restate the intent and plan what to add, not to be an essay.
     return (
-        f"The user asks for: {asked}. They leave open {_join(open_parts)}. "
-        "I keep every requested shape, colour, count, position and word exactly as asked, "
-        "contradict none of them, and choose the rest so the scene reads clearly: a "
-        "position for each shape, sizes and a background."
+        f"The user asks for: {asked}. Open: {_join(open_parts)}. "
+        "Keep what was asked exactly; choose the rest."
     )
 
 
