@@ -1,10 +1,11 @@
 """krea2.expander: the prompt expander (report §8).
 
 Built so far: SFT with trl's `SFTTrainer` (a local Qwen3, or on the toy a tiny Qwen3 and a
-byte-level BPE trained on the chats, from scratch on CPU); the SFT data — synthetic short user requests from long captions (by rule on
-ShapesWorld, where each request knows the requirements it kept and dropped; through an LLM
-over an OpenAI-compatible server for real captions), thinking traces, distribution
-shaping — and the faithfulness measure (verifiable on ShapesWorld, an LLM judge otherwise).
+byte-level BPE trained on the chats, from scratch on CPU); the SFT data: synthetic short
+user requests from long captions (by rule on ShapesWorld, where each request knows the
+requirements it kept and dropped; through an LLM over an OpenAI-compatible server for real
+captions), thinking traces and distribution shaping; and the faithfulness measure
+(verifiable on ShapesWorld, an LLM judge otherwise).
 """
 
 from __future__ import annotations
