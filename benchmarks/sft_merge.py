@@ -1,25 +1,22 @@
-"""Domain SFT and merging on ShapesWorld (report §4.3): two background styles, one LoRA SFT
-each from one pretrained toy DiT, and their merges (uniform, weighted, TIES), scored by a
-background-style classifier over samples and by ShapesEval.
+"""Domain SFT and merging on ShapesWorld (report §4.3): one pretrained toy DiT, one LoRA
+SFT per domain, and their merges (uniform, weighted, TIES; task arithmetic as a reference),
+scored by a background-style classifier over samples and by ShapesEval.
 
-    uv run --no-sync python benchmarks/sft_merge.py                # ~10 min on 2 cores
+    uv run --no-sync python benchmarks/sft_merge.py                # ~6 min on 2 cores
     uv run --no-sync python benchmarks/sft_merge.py --pretrain 200 --sft 60   # a smoke run
-    uv run --no-sync python benchmarks/sft_merge.py --mix-base  # domain sets keep the base's
 
-Data (rendered here from krea2.curate.shapes, exported by krea2.curate.export_shards):
-one-object scenes of the world's training concepts on its black / dark gray backgrounds
-(pretraining), and the same scenes on navy (domain A) or dark green (domain B). Each
-domain SFT is a LoRA stage of krea2.trainer on the pretrained weights (the text table stays
-the pretrained one, so every model reads prompts alike); an adapter merged into the base is
-that domain's fine-tuned model, and the merges combine the two. The style classifier is the
-nearest background colour to the image's median pixel (one object covers under a ninth of
-the image); ground truth is the colour the prompt asks for. ShapesEval: the held-out
-concepts on black, prompts never seen in training.
+The base is pretrained here on one-object scenes of the world's training concepts on its
+black / dark gray backgrounds (rendered from krea2.curate.shapes, exported by
+krea2.curate.export_shards). The SFT and merge stage is the demo's
+(krea2.pipeline.sft_merge): each domain owns its part of prompt space (A: circles on navy,
+B: squares on dark green), each domain set replays the base's scenes, and each style is
+measured on its own domain's prompts.
 
-With domain sets of the new background only, each SFT learns its style unconditionally
-(every prompt comes out navy), and merged task vectors then fight over one property.
-``--mix-base`` also puts the base's backgrounds in each domain's set, so each SFT learns
-the style only where the prompt names it (results in the ``sft_merge_mixed`` section).
+Earlier runs of this script restyled the same prompts in both domains (every training
+concept on navy for A, on dark green for B): each SFT took its style (0.92-1.00) but no
+merge kept both (dark green 0.00-0.04 after uniform, weighted, TIES and task arithmetic),
+because the two task vectors then change one property of the same prompts and a merge can
+only average them (see the sft_merge section of docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -44,11 +41,9 @@ _spec.loader.exec_module(_report)
 table, write_results = _report.table, _report.write_results
 
 from krea2.curate import Sample, export_shards, shapes  # noqa: E402
-from krea2.curate.shapes.spec import BACKGROUND_COLORS  # noqa: E402
 
 SIDE = 32
-DOMAINS = {"A": "navy", "B": "dark green"}
-STYLES = ("black", "dark gray", "navy", "dark green")
+THREADS = 2  # --threads
 
 
 def write_shards(root: Path, concepts, backgrounds: list[str], copies: int, seed: int) -> Path:
@@ -84,7 +79,7 @@ max_tokens = 24
 [optimizer]
 lr = {lr}
 [parallel]
-threads = 2
+threads = {THREADS}
 [data]
 workers = 0
 [checkpoint]
@@ -107,110 +102,53 @@ decay_ratio = 0.2
     return path
 
 
-def background_style(image: np.ndarray) -> str:
-    """The named background colour nearest the image's median pixel."""
-    median = np.median(image.reshape(-1, 3), axis=0)
-    dist = {s: float(np.abs(median - np.array(BACKGROUND_COLORS[s])).sum()) for s in STYLES}
-    return min(dist, key=dist.get)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pretrain", type=int, default=600)
+    p.add_argument("--pretrain", type=int, default=400)
     p.add_argument("--sft", type=int, default=150)
     p.add_argument("--rank", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-3, help="SFT learning rate")
     p.add_argument("--steps", type=int, default=16, help="sampling steps")
-    p.add_argument("--mix-base", action="store_true", help="domain sets keep base backgrounds")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
     args = p.parse_args()
-    torch.set_num_threads(2)
-    from krea2.trainer.adapters import export_adapter
+    global THREADS
+    THREADS = args.threads
+    torch.set_num_threads(args.threads)
+    from krea2.pipeline.sft_merge import HEADERS, SftMergeSettings, rows, run_sft_merge
     from krea2.trainer.cli import run_job
     from krea2.trainer.config import load_job
-    from krea2.trainer.inference import load_stage_module, sample_module
-    from krea2.trainer.merge import average, ties_merge
 
     t0 = time.perf_counter()
     split = shapes.split_concepts(0)
     root = Path(tempfile.mkdtemp(prefix="sft-merge-"))
     base_data = write_shards(root / "base", split.train, ["black", "dark gray"], 2, 0)
-    extra = ["black", "dark gray"] if args.mix_base else []
-    domain_data = {
-        d: write_shards(root / d, split.train, [bg, *extra], 2, 1) for d, bg in DOMAINS.items()
-    }
     base_job = job_toml(root / "base.toml", root / "base-run", base_data, args.pretrain, 1e-3)
     run_job(base_job, [], resume=False)
-    base_ckpt = sorted((root / "base-run" / "checkpoints" / "p32").glob("step-*"))[-1]
-    job = load_job(base_job)
-    weights = {"base": average([base_ckpt])}
-    base_file = root / "base.safetensors"
-    from safetensors.torch import save_file
-
-    save_file({k: v.contiguous() for k, v in weights["base"].items()}, str(base_file))
-    merged_files = {}
-    for d in DOMAINS:
-        cfg = job_toml(root / f"{d}.toml", root / f"{d}-run", domain_data[d], args.sft, 3e-3,
-                       str(base_ckpt.parent), args.rank)  # fmt: skip
-        run_job(cfg, [], resume=False)
-        sft = load_job(cfg)
-        last = sorted((root / f"{d}-run" / "checkpoints" / "p32").glob("step-*"))[-1]
-        out = root / f"sft-{d}.safetensors"
-        export_adapter(sft, 0, last, out, "krea-merged", base=base_file)
-        merged_files[d] = out
-        from krea2.dit.weights import read_checkpoint
-
-        weights[f"SFT {d} ({DOMAINS[d]})"] = read_checkpoint(out)[0]
-    both = [merged_files["A"], merged_files["B"]]
-    weights["uniform merge"] = average(both)
-    weights["weighted merge 0.6/0.4"] = average(both, [0.6, 0.4])
-    weights["TIES merge (density 0.5)"] = ties_merge(base_file, both, density=0.5)
-    # Averages halve each domain's task vector; task arithmetic adds both in full
-    # (Ilharco et al. 2023): base + (A - base) + (B - base).
-    a, b, base_w = weights["SFT A (navy)"], weights["SFT B (dark green)"], weights["base"]
-    weights["task arithmetic A + B - base"] = {k: a[k] + b[k] - base_w[k] for k in base_w}
-
-    module = load_stage_module(job, 0)  # the pretrained text table for every model
-    style_prompts = {}
-    for d, bg in DOMAINS.items():
-        picks = split.train[:: max(1, len(split.train) // 12)][:12]
-        style_prompts[d] = [shapes.captions(shapes.concept_scene(c, bg))["long"] for c in picks]
-    eval_scenes = [shapes.concept_scene(c, "black") for c in split.held_out]
-    eval_prompts = [shapes.captions(s)["long"] for s in eval_scenes]
-    seeds = [0, 1]
-    rows, results = [], {}
-    for name, state in weights.items():
-        module.dit.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
-        share = {}
-        for d, bg in DOMAINS.items():
-            imgs = sample_module(job, 0, module, style_prompts[d], seeds, args.steps, 2.0)
-            styles = [background_style(im) for row in imgs for im in row]
-            share[d] = sum(s == bg for s in styles) / len(styles)
-        imgs = sample_module(job, 0, module, eval_prompts, seeds, args.steps, 2.0)
-        score = float(shapes.shapes_eval(imgs, eval_scenes).score)
-        results[name] = {"style_A": share["A"], "style_B": share["B"], "shapes_eval": score}
-        rows.append([name, f"{share['A']:.2f}", f"{share['B']:.2f}", f"{score:.3f}"])
-        print(rows[-1], flush=True)
+    settings = SftMergeSettings(steps=args.sft, lr=args.lr, rank=args.rank,
+                                sample_steps=args.steps)  # fmt: skip
+    result = run_sft_merge(
+        load_job(base_job), 0, root / "sft-merge", list(split.train), list(split.held_out),
+        settings,
+    )  # fmt: skip
+    for name, m in result["models"].items():
+        print(name, m, flush=True)
     elapsed = time.perf_counter() - t0
-    area = "sft_merge_mixed" if args.mix_base else "sft_merge"
-    sets = (
-        "navy or dark green scenes plus the base's black/dark gray ones"
-        if args.mix_base
-        else ("navy or dark green scenes only")
-    )
     md = "\n".join([
-        "## Domain SFT and merging on ShapesWorld "
-        f"(`benchmarks/sft_merge.py{' --mix-base' * args.mix_base}`)",
+        "## Domain SFT and merging on ShapesWorld (`benchmarks/sft_merge.py`)",
         "",
-        f"Domain sets: {sets}.",
+        f"Toy DiT pretrained {args.pretrain} steps on black/dark gray scenes of every training "
+        f"concept. Domain A owns the circle prompts (its set: circles on navy), domain B the "
+        f"square prompts (squares on dark green); each set also replays the base's scenes of "
+        f"every concept. LoRA r{args.rank}, {args.sft} SFT steps per domain at lr {args.lr:g}. "
+        f"Style columns: share of samples whose background the classifier (median pixel -> "
+        f"nearest named colour) calls the colour the prompt asks for, on "
+        f"{settings.style_prompts} of that domain's prompts x {len(settings.seeds)} seeds; "
+        f"ShapesEval on the {len(split.held_out)} held-out concepts on black (all shapes, "
+        f"{len(settings.seeds)} seeds). {elapsed / 60:.1f} min.",
         "",
-        f"Toy DiT pretrained {args.pretrain} steps on black/dark gray scenes; LoRA r{args.rank} "
-        f"SFT {args.sft} steps per domain (A: navy, B: dark green backgrounds); the style "
-        "columns are the share of samples whose background the classifier calls the colour "
-        f"the prompt asks for (12 prompts x 2 seeds per domain); ShapesEval on the "
-        f"{len(eval_prompts)} held-out concepts (2 seeds). {elapsed / 60:.1f} min.",
-        "",
-        table(["model", "style A (navy)", "style B (dark green)", "ShapesEval"], rows),
+        table(HEADERS, rows(result)),
     ])  # fmt: skip
-    write_results(area, {"args": vars(args), "results": results, "elapsed_s": elapsed}, md)
+    write_results("sft_merge", {"args": vars(args), "result": result, "elapsed_s": elapsed}, md)
     print(md)
 
 

@@ -61,17 +61,18 @@ def run_demo(
 def stage_names(cfg: DemoConfig) -> list[str]:
     """The demo's stages in the order they run (export stages follow the recipe's
     training resolutions)."""
-    from krea2.pipeline import preference, rl_stage
+    from krea2.pipeline import preference, rl_stage, sft_merge
 
     exports = [f"export-{s.resolution}" for s in cfg.train.stages]
     tuned = [preference.stage_name(kind) for kind in preference.OBJECTIVES]
     tuned.append(rl_stage.STAGE)  # RL without CFG follows the preference stages
-    return ["shards", "pool", "curate", *exports, "pretrain", "sample", "score", *tuned, "report"]
+    trained = ["pretrain", "sample", "score", sft_merge.STAGE]
+    return ["shards", "pool", "curate", *exports, *trained, *tuned, "report"]
 
 
 def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     from krea2.curate.shapes import eval_prompt
-    from krea2.pipeline import curation, evaluation, preference, report, training
+    from krea2.pipeline import curation, evaluation, preference, report, sft_merge, training
     from krea2.pipeline.pool import build_pool
 
     log = out / "commands.log"
@@ -146,6 +147,11 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
             for name in sampled
         },
     )
+    merged = runner.run(
+        sft_merge.STAGE,
+        sft_merge.WHAT,
+        lambda: sft_merge.run_demo_stage(cfg, job, out / "sft-merge", split.train, held_out),
+    )
     tuned = {
         kind: runner.run(
             preference.stage_name(kind),
@@ -171,6 +177,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         "score": scores,
         "preference": tuned,
         "rl": rl,
+        "sft_merge": merged,
     }
     timings = [(r.name, r.seconds) for r in runner.records]
     summary = runner.run(

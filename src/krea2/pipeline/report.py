@@ -190,6 +190,12 @@ def write_report(
         for name, e in evals.items()
     )
     sections.append(("Samples (held-out prompts, fixed seeds; verifier score per image)", grids))
+    if merged := results.get("sft_merge"):
+        from krea2.pipeline import sft_merge
+
+        summary["sft_merge"] = sft_merge.summary(merged)
+        section = sft_merge.report_section(merged, smoke=note is not None)
+        sections.append(("Domain SFT and merging", section))
     if tuned:
         prompts = next(iter(evals.values()))["prompts"]
         sections.append(("Preference optimization", preference_section(tuned, prompts)))

@@ -1,0 +1,307 @@
+"""Demo stage ``sft-merge`` (report §4.3): domain SFT from one base and merging into a
+generalist, on ShapesWorld.
+
+Each domain owns its own part of prompt space: domain A is the circles, whose scenes it
+renders on a navy background (and whose captions say so), domain B the squares on dark
+green; triangles belong to neither. Each domain's LoRA SFT set is its own scenes plus a
+replay of the base's black / dark gray scenes of every training concept (prior
+preservation), so an SFT changes what its prompts give and leaves the rest of prompt
+space where the base had it. A merge that is a generalist then keeps both styles, each
+on its own domain's prompts, and keeps ShapesEval (held-out concepts of every shape).
+
+Why not two styles of the same prompts: when both domains restyle one set of prompts,
+each SFT learns its style for those prompts (or, with no replay, for every prompt), and
+merged task vectors can only average the two (benchmarks/sft_merge.py measured dark
+green 0.00-0.04 after every merge that way).
+
+The style classifier is the named background colour nearest the image's median pixel
+(one object covers well under half of the image).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from krea2.curate.shapes import Concept
+from krea2.trainer import JobConfig
+
+# domain -> (shape whose prompts it owns, its background style)
+DOMAINS: dict[str, tuple[str, str]] = {"A": ("circle", "navy"), "B": ("square", "dark green")}
+BASE_STYLES = ("black", "dark gray")  # the world's (and the base's) backgrounds
+STYLES = (*BASE_STYLES, "navy", "dark green")
+HEADERS = ["model", "style A: navy on circles", "style B: dark green on squares", "ShapesEval"]
+
+
+@dataclass(frozen=True)
+class SftMergeSettings:
+    """Sizes of the stage: LoRA SFT steps per domain, batch, learning rate and rank;
+    renders per concept in each domain set; sampling steps, CFG and seeds; style prompts
+    per domain; TIES density; the weighted merge's weight of domain A."""
+
+    steps: int = 150
+    batch_size: int = 32
+    lr: float = 3e-3
+    rank: int = 8
+    copies: int = 2
+    sample_steps: int = 16
+    cfg: float = 2.0
+    seeds: tuple[int, ...] = (0, 1)
+    style_prompts: int = 12
+    density: float = 0.5
+    weight_a: float = 0.6
+
+
+def background_style(image: np.ndarray) -> str:
+    """The named background colour (of :data:`STYLES`) nearest the median pixel of a uint8
+    image [H, W, 3]."""
+    from krea2.curate.shapes import BACKGROUND_COLORS
+
+    median = np.median(image.reshape(-1, 3).astype(np.float64), axis=0)
+    dist = {s: float(np.abs(median - np.array(BACKGROUND_COLORS[s])).sum()) for s in STYLES}
+    return min(dist, key=lambda s: dist[s])
+
+
+def domain_concepts(train: list[Concept], domain: str) -> list[Concept]:
+    """The training concepts whose prompts ``domain`` owns (its shape)."""
+    shape = DOMAINS[domain][0]
+    return [c for c in train if c[1] == shape]
+
+
+def write_domain_shards(
+    root: Path, train: list[Concept], domain: str, side: int, copies: int, seed: int
+) -> Path:
+    """Parquet shards (curate's export) of ``domain``'s concepts on its style plus the base's
+    backgrounds for every training concept, ``copies`` jittered large renders each."""
+    from PIL import Image
+
+    from krea2.curate import Sample, export_shards, shapes
+
+    rng = np.random.default_rng(seed)
+    style = DOMAINS[domain][1]
+    scenes = [(c, style) for c in domain_concepts(train, domain) for _ in range(copies)]
+    scenes += [(c, bg) for c in train for bg in BASE_STYLES for _ in range(max(1, copies // 2))]
+    samples = []
+    for i, (concept, bg) in enumerate(scenes):
+        jitter = tuple(float(x) for x in rng.uniform(-0.3, 0.3, 2))
+        scene = shapes.concept_scene(concept, bg, "large", jitter)
+        buf = io.BytesIO()
+        Image.fromarray(shapes.render(scene, side, side)).save(buf, format="PNG")
+        samples.append(Sample(f"{domain}-{i}", buf.getvalue(), shapes.captions(scene)))
+    export_shards(samples, root, f"p{side}", side, seed=seed, batch_size=32)
+    return root
+
+
+def sft_job(job: JobConfig, index: int, domain: str, data: Path, s: SftMergeSettings,
+            run_dir: Path) -> JobConfig:  # fmt: skip
+    """One LoRA stage on ``data`` from stage ``index`` of ``job`` (finished), at its
+    resolution, patch and time shift; checkpoints only at the end, no tracker."""
+    from krea2.trainer import LoraConfig, ScheduleConfig, stage_root
+
+    base = job.stages[index]
+    stage = replace(
+        base,
+        name=f"sft-{domain}",
+        data=[f"{data}/shard-*.parquet"],
+        eval_data=[],
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        init_from=str(stage_root(job, base)),
+        lora=LoraConfig(rank=s.rank, alpha=float(s.rank)),
+        schedule=ScheduleConfig(warmup_steps=max(1, s.steps // 10), decay_ratio=0.2),
+    )
+    return replace(
+        job,
+        run_dir=run_dir,
+        stages=[stage],
+        checkpoint=replace(job.checkpoint, every=0, keep_last=1),
+        observe=replace(job.observe, sample_prompts=[], tracker="none", log_every=10),
+    )
+
+
+def style_prompts(train: list[Concept], domain: str, most: int) -> list[str]:
+    """Medium captions of up to ``most`` of ``domain``'s concepts (spread over them) on its
+    style: the prompts its style is measured on."""
+    from krea2.curate.shapes import captions, concept_scene
+
+    owned = domain_concepts(train, domain)
+    picks = owned[:: max(1, len(owned) // most)][:most]
+    return [captions(concept_scene(c, DOMAINS[domain][1]))["medium"] for c in picks]
+
+
+def run_sft_merge(
+    job: JobConfig,
+    index: int,
+    work: Path,
+    train: list[Concept],
+    held_out: list[Concept],
+    s: SftMergeSettings,
+) -> dict:
+    """Domain SFT of stage ``index`` of ``job`` (finished) for each of :data:`DOMAINS`, the
+    merges (uniform, weighted, TIES; task arithmetic as a reference), and per model the
+    style shares on each domain's prompts and ShapesEval on ``held_out``. Each SFT run
+    resumes under ``work``. Returns a JSON-able dict: ``models`` (name -> style_A,
+    style_B, styles seen per domain, shapes_eval), ``samples`` (name -> .npy of uint8
+    [2 domains, prompts, H, W, 3], first seed), ``settings`` and ``seconds``."""
+    import torch
+
+    from krea2.curate.shapes import concept_scene, eval_prompt, shapes_eval
+    from krea2.infra import CheckpointManager
+    from krea2.trainer import (
+        Trainer,
+        average,
+        export_adapter,
+        load_stage_module,
+        sample_module,
+        stage_root,
+        ties_merge,
+    )
+
+    start = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    base_root = CheckpointManager(stage_root(job, job.stages[index]))
+    base_step = base_root.latest_step()
+    if base_step is None:
+        raise FileNotFoundError(f"the base stage has no checkpoint under {base_root.root}")
+    base_dir = base_root.path_of(base_step)
+    weights = {"base": average([base_dir])}
+    side = job.stages[index].resolution
+    merged_files = []
+    for n, domain in enumerate(DOMAINS):
+        out = work / f"sft-{domain}.safetensors"
+        if not out.is_file():
+            data = write_domain_shards(work / f"data-{domain}", train, domain, side, s.copies, n)
+            sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
+            Trainer(sft, resume=True).run()
+            root = CheckpointManager(stage_root(sft, sft.stages[0]))
+            # the adapter merged into its base (the stage's init_from): the domain's model
+            export_adapter(sft, 0, root.path_of(root.latest_step()), out, "krea-merged")
+        merged_files.append(out)
+        weights[f"SFT {domain} ({DOMAINS[domain][1]})"] = average([out])
+    weights["uniform merge"] = average(merged_files)
+    wa = s.weight_a
+    weights[f"weighted merge {wa:g}/{1 - wa:g}"] = average(merged_files, [wa, 1 - wa])
+    weights[f"TIES merge (density {s.density:g})"] = ties_merge(
+        base_dir, merged_files, density=s.density
+    )
+    # A reference, not a merge the report names: both task vectors in full (Ilharco et al.).
+    a, b = (weights[f"SFT {d} ({DOMAINS[d][1]})"] for d in DOMAINS)
+    weights["task arithmetic (A + B - base)"] = {
+        k: a[k] + b[k] - v for k, v in weights["base"].items()
+    }
+
+    module = load_stage_module(job, index)  # the base's text conditioning for every model
+    prompts = {d: style_prompts(train, d, s.style_prompts) for d in DOMAINS}
+    eval_scenes = [concept_scene(c) for c in held_out]
+    eval_prompts = [eval_prompt(c) for c in held_out]
+    seeds = list(s.seeds)
+    models, samples = {}, {}
+    (work / "samples").mkdir(exist_ok=True)
+    for name, state in weights.items():
+        module.dit.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
+        row: dict = {"styles_seen": {}}
+        firsts = []
+        for d, (_, style) in DOMAINS.items():
+            imgs = sample_module(job, index, module, prompts[d], seeds, s.sample_steps, s.cfg)
+            seen = [background_style(im) for per_prompt in imgs for im in per_prompt]
+            row[f"style_{d}"] = sum(x == style for x in seen) / len(seen)
+            row["styles_seen"][d] = {x: seen.count(x) for x in STYLES if x in seen}
+            firsts.append(imgs[:, 0])
+        imgs = sample_module(job, index, module, eval_prompts, seeds, s.sample_steps, s.cfg)
+        row["shapes_eval"] = float(shapes_eval(imgs, eval_scenes).score)
+        path = work / "samples" / f"{len(samples):02d}.npy"
+        np.save(path, np.stack(firsts))
+        models[name], samples[name] = row, str(path)
+    return {
+        "models": models,
+        "samples": samples,
+        "prompts": prompts,
+        "settings": {k: getattr(s, k) for k in s.__dataclass_fields__},
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def rows(result: dict) -> list[list[str]]:
+    """Table rows of :data:`HEADERS`, one per model."""
+    return [
+        [name, f"{m['style_A']:.2f}", f"{m['style_B']:.2f}", f"{m['shapes_eval']:.3f}"]
+        for name, m in result["models"].items()
+    ]
+
+
+# -- the demo stage ---------------------------------------------------------------------
+
+STAGE = "sft-merge"
+WHAT = "domain SFT (circles on navy, squares on dark green) and merges of the two"
+
+
+def demo_settings(cfg) -> SftMergeSettings:
+    """The stage's sizes for a demo recipe (``cfg``: DemoConfig): sampling is ``[eval]``'s
+    (steps, CFG, seeds); a smoke run (``--quick``) trains 4 steps per domain on small sets,
+    enough to check that the stage runs and reports."""
+    ev = cfg.eval
+    common = {"sample_steps": ev.steps, "cfg": ev.cfg, "seeds": tuple(ev.seeds[:2])}
+    if cfg.smoke:
+        return SftMergeSettings(steps=2, batch_size=4, copies=1, style_prompts=2, **common)
+    return SftMergeSettings(steps=150, batch_size=32, copies=2, style_prompts=8, **common)
+
+
+def run_demo_stage(cfg, job: JobConfig, work: Path, train, held_out) -> dict:
+    """The demo's ``sft-merge`` stage from the final pretraining stage of ``job``; a smoke
+    run's domain sets use every 8th training concept (it checks the stage runs, in
+    seconds)."""
+    train = list(train)[:: 8 if cfg.smoke else 1]
+    return run_sft_merge(job, len(job.stages) - 1, work, train, list(held_out),
+                         demo_settings(cfg))  # fmt: skip
+
+
+def summary(result: dict) -> dict:
+    """summary.json's ``sft_merge``: per model its style shares and ShapesEval."""
+    return {
+        name: {k: m[k] for k in ("style_A", "style_B", "shapes_eval")}
+        for name, m in result["models"].items()
+    } | {"seconds": result["seconds"]}
+
+
+def report_section(result: dict, smoke: bool = False) -> str:
+    """HTML: the table of :data:`HEADERS`, what it measures, and the first seed's samples
+    of each model on both domains' style prompts (up to 4 each)."""
+    from krea2.pipeline import html
+
+    s = result["settings"]
+    parts = [
+        html.table(HEADERS, rows(result)),
+        f'<p class="note">Two LoRA (rank {s["rank"]}) SFTs of the final pretrained model, '
+        f"{s['steps']} steps each: domain A owns the circle prompts (its set: circles on a "
+        "navy background), domain B the square prompts (squares on dark green); each set "
+        "also replays the base's black / dark gray scenes of every training concept, so an "
+        "SFT changes its own prompts only. Style columns: share of samples whose background "
+        "(median pixel, nearest named colour) is the one the prompt asks for, on that "
+        "domain's prompts. ShapesEval on the held-out prompts (every shape, black "
+        "background). A generalist merge keeps both styles and ShapesEval; task arithmetic "
+        "(both task vectors in full) is a reference, not one of the report's merges.</p>",
+    ]
+    if smoke:
+        parts.append(
+            f'<p class="warning">Smoke run: {s["steps"]} SFT steps per domain cannot move a '
+            "style; this checks that the stage runs and reports.</p>"
+        )
+    columns = [p for d in DOMAINS for p in result["prompts"][d][:4]]
+    grid = []
+    for name, path in result["samples"].items():
+        imgs = np.load(path)  # [domains, prompts, H, W, 3]
+        uris = [html.png_data_uri(_enlarge(im)) for d in range(imgs.shape[0]) for im in imgs[d, :4]]
+        grid.append((name, uris))
+    parts.append("<h3>Style prompts, first seed</h3>" + html.image_table(columns, grid))
+    return "".join(parts)
+
+
+def _enlarge(image: np.ndarray, side: int = 96) -> np.ndarray:
+    """uint8 [H, W, 3] repeated by whole pixels up to about ``side``."""
+    k = max(1, side // image.shape[0])
+    return np.kron(image, np.ones((k, k, 1), np.uint8))
