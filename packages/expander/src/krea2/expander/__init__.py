@@ -1,11 +1,17 @@
 """krea2.expander: the prompt expander (report §8).
 
-Built so far: SFT with trl's `SFTTrainer` (a local Qwen3, or on the toy a tiny Qwen3 and a
-byte-level BPE trained on the chats, from scratch on CPU); the SFT data: synthetic short
-user requests from long captions (by rule on ShapesWorld, where each request knows the
-requirements it kept and dropped; through an LLM over an OpenAI-compatible server for real
-captions), thinking traces and distribution shaping; and the faithfulness measure
-(verifiable on ShapesWorld, an LLM judge otherwise).
+Built so far:
+
+* GDPO on trl's GRPOTrainer (`gdpo`, `rewards`): faithfulness, image rewards scored
+  against the user's request, group diversity; normalize-then-sum; safety gates that cap
+  a gated completion's advantage at 0;
+* SFT with trl's `SFTTrainer` (`sft`, `toy_model`): a local Qwen3, or on the toy a tiny
+  Qwen3 and a byte-level BPE trained on the chats, learned from scratch on CPU;
+* SFT data (`sft_data`, `user_prompts`): synthetic short requests from long captions (by
+  rule on ShapesWorld, where each request knows the requirements it kept and dropped;
+  through an LLM over an OpenAI-compatible server for real captions), thinking traces and
+  distribution shaping;
+* faithfulness (`faithfulness`): verifiable on ShapesWorld, an LLM judge otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ _HOMES: dict[str, str | None] = {
     "chat_example": "sft_data",
     "read_shard_scenes": "sft_data",
     "shapes_sft_examples": "sft_data",
+    "ExpanderRewards": "rewards",
+    "Gate": "rewards",
+    "StageRenderer": "rewards",
+    "pixel_embedding": "rewards",
+    "GatedGRPOTrainer": "gdpo",
+    "GdpoConfig": "gdpo",
+    "run_gdpo": "gdpo",
     "SftConfig": "sft",
     "run_sft": "sft",
     "generate": "sft",
