@@ -11,7 +11,9 @@ Built so far:
   rule on ShapesWorld, where each request knows the requirements it kept and dropped;
   through an LLM over an OpenAI-compatible server for real captions), thinking traces and
   distribution shaping;
-* faithfulness (`faithfulness`): verifiable on ShapesWorld, an LLM judge otherwise.
+* faithfulness (`faithfulness`): verifiable on ShapesWorld, an LLM judge otherwise;
+* serving (`server`, `krea2 expander serve|expand`): an OpenAI-compatible chat API
+  (transformers; `--vllm` runs vLLM's server with the same API).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ _HOMES: dict[str, str | None] = {
     "GatedGRPOTrainer": "gdpo",
     "GdpoConfig": "gdpo",
     "run_gdpo": "gdpo",
+    "Expander": "server",
+    "create_app": "server",
+    "cli": None,
     "SftConfig": "sft",
     "run_sft": "sft",
     "generate": "sft",
