@@ -11,7 +11,8 @@ from krea2.curate.cli import app
 
 # The examples in the order a user meets them; `photos/` (real photos) is the only input
 # made beforehand; SETUP runs before an example what the examples themselves leave out.
-ORDER = ["pool", "", "ingest", "run", "train-encoder", "clusters", "review", "report", "export"]
+ORDER = ["pool", "", "ingest", "run", "train-encoder", "clusters", "review", "report", "export",
+         "caption-server"]  # fmt: skip
 SETUP = {
     "": "krea2 curate ingest pool --name pool",
     "clusters": "krea2 curate run --stages embed,semantic --embedder toy:toy-encoder",

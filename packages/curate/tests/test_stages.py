@@ -26,7 +26,7 @@ def test_claim_predicates_are_the_dag_edges():
         "classify": "embedding IS NOT NULL",
     }
     passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
-    assert passes == ["dedup", "concepts", "semantic", "sae", "review", "balance"]
+    assert passes == ["dedup", "concepts", "caption_check", "semantic", "sae", "review", "balance"]
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")
         assert "shapes" not in job.handler.lower()
@@ -43,6 +43,7 @@ def test_table_columns_are_ingest_plus_every_stage_result():
         "dup_kind",
         "text_reject",
         "concept_keep",
+        "caption_reject",
         "sem_kind",
         "sae_reject",
         "cluster_reject",

@@ -306,3 +306,4 @@ def pool(
 app.command("train-encoder")(cli_embed.train_encoder)
 app.command()(cli_embed.clusters)
 app.command()(cli_embed.review)
+app.command("caption-server")(cli_embed.caption_server)

@@ -115,3 +115,28 @@ def review(
     finally:
         wh.close()
     typer.echo(f"cluster {path}: recorded; review: {result}")
+
+
+def caption_server(
+    port: int = typer.Option(8000, help="Port on 127.0.0.1 (0: any free port)."),
+    omit_color: list[str] = typer.Option([], help="A colour the toy VLM never names (fault)."),
+    seconds: float = typer.Option(0.0, help="Stop after this long (0: at Ctrl-C)."),
+) -> None:
+    """Serve ShapesWorld's deterministic captioner behind an OpenAI-compatible API (a toy
+    VLM and rewriting LLM at /v1/chat/completions), for `krea2 curate run --stages
+    captions,caption_check --captioner vlm --set captions.vlm_url=URL`.
+
+    Example: krea2 curate caption-server --port 0 --omit-color red --seconds 0.1
+    """
+    import time
+
+    from krea2.curate.shapes.caption_server import start_caption_server
+
+    server, url = start_caption_server(port=port, omit_colors=frozenset(omit_color))
+    typer.echo(f"toy captioner at {url}/v1/chat/completions")
+    try:
+        end = time.monotonic() + seconds if seconds > 0 else None
+        while end is None or time.monotonic() < end:
+            time.sleep(max(0.0, min(3600.0, end - time.monotonic())) if end else 3600.0)
+    finally:
+        server.shutdown()

@@ -148,6 +148,27 @@ class BalanceConfig:
 
 
 @dataclass(frozen=True)
+class CaptionConfig:
+    """The ``vlm`` captioner (``krea2.curate.captioning``): the OpenAI-compatible servers of
+    the VLM and the rewriting LLM (``llm_url`` "" = the VLM's), the client's limits, the
+    metadata keys shown to the VLM, and the caption check's thresholds."""
+
+    vlm_url: str = "http://127.0.0.1:8000"
+    vlm_model: str = "default"
+    llm_url: str = ""
+    llm_model: str = "default"
+    timeout_s: float = 60.0
+    retries: int = 3
+    max_rps: float = 0.0  # requests per second per client; 0 = unlimited
+    concurrency: int = 4
+    max_tokens: int = 512
+    garbage_retries: int = 2
+    meta_keys: str = "source,alt,title"  # never the generator's scene: that is the answer
+    min_omission_rate: float = 0.5
+    min_rows: int = 3
+
+
+@dataclass(frozen=True)
 class CurateConfig:
     """Everything ``krea2 curate`` reads; ``stage`` picks the thresholds in ``stages``."""
 
@@ -161,6 +182,7 @@ class CurateConfig:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     sae: SaeFilterConfig = field(default_factory=SaeFilterConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
+    captions: CaptionConfig = field(default_factory=CaptionConfig)
 
     @property
     def stage_side(self) -> int:

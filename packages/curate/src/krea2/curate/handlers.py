@@ -165,10 +165,18 @@ class CaptionHandler:
         from krea2.curate.plugins import captioner, check_plugin
 
         self.captioner = captioner(check_plugin("captioner", self.plugin, "captions"))
+        if self.plugin == "vlm":  # batched: a round of VLM requests, then one of rewrites
+            from krea2.curate.captioning import clients
+
+            self.clients = clients(self.cfg.captions)
 
     def __call__(self, rows: list[dict]) -> list[dict | Exception]:
         from krea2.curate.plugins import captions_from
 
+        if self.plugin == "vlm":
+            from krea2.curate.captioning import caption_batch
+
+            return caption_batch(*self.clients, rows, self.cfg.captions)
         out: list[dict | Exception] = []
         for row in rows:
             try:

@@ -33,6 +33,9 @@ REGISTRIES: dict[str, dict[str, Any]] = {
     "captioner": {
         "shapes": "krea2.curate.shapes.annotate:shapes_captioner",
         "sidecar": "krea2.curate.sources:sidecar_captioner",
+        # OCR → VLM → LLM rewrites through OpenAI-compatible servers (``captions.*``
+        # settings); the captions job batches it, so this entry only names it.
+        "vlm": "krea2.curate.captioning:caption_batch",
     },
 }
 

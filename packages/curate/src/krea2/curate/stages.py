@@ -9,6 +9,7 @@ and the in-memory verdict are all derived from ``STAGES``:
           → tags     (job: where text_reject = ''; a tagger by name)
             → concepts (pass: tagged rows; cap over-represented tags)
           → captions (job: where text_reject = ''; a captioner by name)
+            → caption_check (pass: captioned rows; consistently omitted attributes)
       → embed    (job: where dup_keep = TRUE; an embedder by spec, vectors to the store)
         → semantic (pass: embedded rows; semantic dedup within k-means leaves)
           → sae      (pass: embedded rows; SAE features, the artifact filter)
@@ -218,8 +219,19 @@ STAGES: tuple[Stage, ...] = (
         {"captions": "jsonb"},  # [{format, text}, ...]; [] = the captioner had nothing
         run="krea2.curate.handlers:CaptionHandler",
         when=(("text_reject", "=", ""),),
-        inputs=("uri", "meta"),
+        inputs=("uri", "meta", "ocr_text"),
         plugin="captioner",
+    ),
+    Stage(
+        "caption_check",
+        StageKind.PASS,
+        {
+            "caption_reject": "text",  # '' or caption_omission
+            "caption_omits": "text",  # the consistently omitted attributes this one omits
+        },
+        run="krea2.curate.captioning:caption_check_pass",
+        when=(("captions", "is not", None),),
+        reject=Reject("caption_reject"),
     ),
     # Embedding-level curation (part 2): after the DAG above, so a pool curated without an
     # embedder is unchanged; a row's semantic verdict is its last reason.

@@ -1,0 +1,130 @@
+"""ShapesWorld's deterministic captioner behind an OpenAI-compatible HTTP server.
+
+Stands in for the VLM and the rewriting LLM of ``krea2.curate.captioning`` where no model
+can be downloaded: a real local HTTP server answering ``POST /v1/chat/completions``, so the
+captions job talks to it exactly as to vLLM. A request with an image is a VLM request: the
+verifier's detection (``detect_objects``) describes each object's colour, shape and cell,
+and the OCR text given in the prompt is quoted. A request without one is a rewrite: the
+description is cut into the five caption formats, as JSON.
+
+Faults on purpose, for tests and the caption check: ``omit_colors`` (colours the "VLM"
+never names: a consistent omission), ``fail_first`` (that many HTTP 503s first: an
+overloaded server), ``garbage`` (answers that are not what was asked).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from krea2.curate.shapes.detect import detect_objects
+from krea2.curate.shapes.spec import CELLS, SHAPES
+
+
+@dataclass
+class Faults:
+    omit_colors: frozenset[str] = frozenset()
+    fail_first: int = 0
+    garbage: bool = False
+    served: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def describe(pixels: np.ndarray, ocr: str, omit_colors: frozenset[str]) -> str:
+    """The toy VLM's caption of (h, w, 3) uint8 ``pixels`` given the OCR text."""
+    parts = []
+    for o in detect_objects(pixels):
+        color = "" if o.color in omit_colors else f"{o.color} "
+        article = "an" if (color or o.shape)[0] in "aeiou" else "a"
+        parts.append(f"{article} {color}{o.shape} in the {CELLS[o.cell]}")
+    text = ("The image shows " + ", and ".join(parts) + ".") if parts else "An empty scene."
+    if ocr.strip():
+        text += f' The text "{ocr.strip()}" is written in it.'
+    return text
+
+
+_NOUN = re.compile(rf"\b(?:a|an) ((?:\w+ )?(?:{'|'.join(map(re.escape, SHAPES))}))\b")
+
+
+def rewrite(description: str) -> str:
+    """The toy LLM's rewrite of a description into the caption formats, as JSON text."""
+    nouns = _NOUN.findall(description)
+    quoted = re.findall(r'"([^"]+)"', description)
+    short = " and ".join(nouns) or "a scene"
+    return json.dumps(
+        {
+            "long": description,
+            "medium": re.split(r"(?<=\.)\s", description)[0],
+            "short": short,
+            "tags": ", ".join(nouns),
+            "json": {"objects": nouns, "text": quoted[0] if quoted else ""},
+        }
+    )
+
+
+def answer(body: dict[str, Any], faults: Faults) -> str:
+    """The text a chat request gets."""
+    from PIL import Image
+
+    user = [m for m in body["messages"] if m.get("role") == "user"][-1]["content"]
+    parts = user if isinstance(user, list) else [{"type": "text", "text": user}]
+    text = " ".join(p.get("text", "") for p in parts if p.get("type") == "text")
+    images = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
+    if faults.garbage:
+        return "?!" if images else "certainly! here is some json: {oops"
+    if images:
+        data = base64.b64decode(images[0].split(",", 1)[1])
+        pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        m = re.search(r"Text found by OCR: (\".*?\")\n", text)
+        return describe(pixels, json.loads(m.group(1)) if m else "", faults.omit_colors)
+    m = re.search(r"Description: (.*)\Z", text, re.S)
+    return rewrite(m.group(1).strip() if m else text)
+
+
+def _handler(faults: Faults) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                return self._send(404, {"error": f"no route {self.path}"})
+            with faults.lock:
+                faults.served += 1
+                busy = faults.served <= faults.fail_first
+            if busy:
+                return self._send(503, {"error": "overloaded"})
+            try:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                content = answer(body, faults)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                return self._send(400, {"error": f"bad request: {exc}"})
+            self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}]})
+
+        def _send(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:  # quiet
+            pass
+
+    return Handler
+
+
+def start_caption_server(
+    host: str = "127.0.0.1", port: int = 0, **faults: Any
+) -> tuple[ThreadingHTTPServer, str]:
+    """Serve in a daemon thread; returns (the server, its base URL). ``faults``: the
+    ``Faults`` fields. Stop it with ``server.shutdown()``."""
+    server = ThreadingHTTPServer((host, port), _handler(Faults(**faults)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://{host}:{server.server_address[1]}"
