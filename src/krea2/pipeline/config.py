@@ -53,7 +53,7 @@ class CurateSpec:
     hash keepers, the pixel check of its candidate copies (``semantic.verify``), the SAE's
     steps, and the share of kept rows balanced sampling draws."""
 
-    encoder_steps: int = 300
+    encoder_steps: int = 100
     verify: float = 0.95
     sae_steps: int = 400
     balance_share: float = 0.9
