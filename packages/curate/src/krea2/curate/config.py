@@ -169,6 +169,16 @@ class CaptionConfig:
 
 
 @dataclass(frozen=True)
+class CoverageConfig:
+    """Concept coverage (``krea2.curate.coverage``): the concept file (one per line, or a
+    danker rank file), how few kept rows make a concept rare, and the largest weight."""
+
+    concepts: str = ""
+    rare_rows: int = 5
+    max_weight: float = 5.0
+
+
+@dataclass(frozen=True)
 class CurateConfig:
     """Everything ``krea2 curate`` reads; ``stage`` picks the thresholds in ``stages``."""
 
@@ -183,6 +193,7 @@ class CurateConfig:
     sae: SaeFilterConfig = field(default_factory=SaeFilterConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     captions: CaptionConfig = field(default_factory=CaptionConfig)
+    coverage: CoverageConfig = field(default_factory=CoverageConfig)
 
     @property
     def stage_side(self) -> int:

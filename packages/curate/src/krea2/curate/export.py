@@ -256,6 +256,21 @@ def warehouse_samples(rows: Iterable[dict], stats: ExportStats) -> Iterator[Samp
         yield Sample(r["image_key"], read_uri(r["uri"]), captions, r["uri"], meta)
 
 
+def weighted(rows: list[dict], seed: int) -> list[dict]:
+    """``rows`` with each one repeated by its ``sample_weight`` (the coverage pass's rare
+    concept weight; None = 1): the whole part, plus one with probability the fraction,
+    seeded. A repeat's key gets ``#r<n>`` (the image is the same)."""
+    from krea2.curate.coverage import repeats
+
+    w = np.asarray([r.get("sample_weight") or 1.0 for r in rows], np.float64)
+    if not (w != 1.0).any():
+        return rows
+    out = []
+    for r, n in zip(rows, repeats(w, seed).tolist(), strict=True):
+        out += [r] + [{**r, "image_key": f"{r['image_key']}#r{k}"} for k in range(1, n)]
+    return out
+
+
 def export_warehouse(
     wh: Warehouse,
     out_dir: Path,
@@ -273,8 +288,9 @@ def export_warehouse(
     (e.g. ``rich.progress.track``)."""
     from krea2.curate.warehouse import kept_rows
 
-    rows = kept_rows(wh, ["uri", "source", "md5", "meta", "captions"])
-    stats = ExportStats(kept=len(rows))
+    kept = kept_rows(wh, ["uri", "source", "md5", "meta", "captions", "sample_weight"])
+    stats = ExportStats(kept=len(kept))
+    rows = weighted(kept, seed)  # rare-concept rows repeated (coverage pass)
     samples: Iterable[Sample] = warehouse_samples(rows, stats)
     if progress is not None:
         samples = progress(samples, len(rows))  # type: ignore[arg-type]

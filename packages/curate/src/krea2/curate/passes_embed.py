@@ -18,7 +18,9 @@ to label them.
 ``balance.share`` of them is drawn evenly over the semantic pass's k-means hierarchy
 (``krea2.curate.kmeans.sample_paths``: each cluster gets an equal share of its parent's
 budget, small ones are kept whole); the rest get ``sample_keep = FALSE`` (reason
-``unsampled``). ``share = 1`` keeps every row.
+``unsampled``). ``share = 1`` keeps every row. Rows the coverage pass weighted above 1
+(they carry a rare concept) are always drawn, and the pass reports the share of rare
+concepts still present after sampling.
 """
 
 from __future__ import annotations
@@ -109,24 +111,33 @@ def balance_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
     from krea2.curate.kmeans import sample_paths
 
     c = cfg.balance
-    cols = ["image_key", "seq", "cluster", *reject_columns()]
+    cols = ["image_key", "seq", "cluster", "sample_weight", "concepts_found", *reject_columns()]
     rows = _ordered(list(scan_all(wh, STAGES_BY_NAME["balance"].filters(), cols)))
     kept = [r for r in rows if _reason_before(r, "balance") is None]
-    drawn: set[str] = set()
-    if kept:
-        paths = np.asarray([[int(p) for p in r["cluster"].split("/")][::-1] for r in kept])
-        budget = round(c.share * len(kept))
-        drawn = {kept[i]["image_key"] for i in sample_paths(paths, budget, c.seed)}
+    # Rows carrying a rare concept (coverage pass: weight > 1) are always kept; the rest of
+    # the budget is drawn evenly over the hierarchy.
+    drawn = {r["image_key"] for r in kept if (r.get("sample_weight") or 1.0) > 1.0}
+    rest = [r for r in kept if r["image_key"] not in drawn]
+    budget = round(c.share * len(kept)) - len(drawn)
+    if rest and budget > 0:
+        paths = np.asarray([[int(p) for p in r["cluster"].split("/")][::-1] for r in rest])
+        drawn |= {rest[i]["image_key"] for i in sample_paths(paths, budget, c.seed)}
     patch = [{"image_key": r["image_key"], "sample_keep": r["image_key"] in drawn} for r in rows]
     with wh.funnel() as fn:
         fn.patch(TABLE, patch)
         fn.flush()
     leaves_before = len({r["cluster"] for r in kept})
     leaves_after = len({r["cluster"] for r in kept if r["image_key"] in drawn})
-    return {
+    out = {
         "rows": len(rows),
         "kept_before": len(kept),
         "drawn": len(drawn),
         "leaves_before": leaves_before,
         "leaves_after": leaves_after,
     }
+    if any(r.get("concepts_found") for r in kept):  # the coverage pass ran
+        from krea2.curate.coverage import coverage_shares
+
+        after = [r for r in kept if r["image_key"] in drawn]
+        out["coverage"] = coverage_shares(kept, after, cfg.coverage.rare_rows)
+    return out

@@ -14,6 +14,7 @@ and the in-memory verdict are all derived from ``STAGES``:
         → semantic (pass: embedded rows; semantic dedup within k-means leaves)
           → sae      (pass: embedded rows; SAE features, the artifact filter)
           → review   (pass: clustered rows; reviewers' dropped clusters)
+            → coverage (pass: captioned rows; concepts found by full-text search, weights)
             → balance  (pass: clustered rows; balanced sampling over the hierarchy)
         → classify (job: embedded rows; distilled heads score the stored vectors)
 
@@ -285,6 +286,16 @@ STAGES: tuple[Stage, ...] = (
         run="krea2.curate.review:review_pass",
         when=(("cluster", "is not", None),),
         reject=Reject("cluster_reject"),
+    ),
+    Stage(
+        "coverage",
+        StageKind.PASS,
+        {
+            "concepts_found": "text[]",  # the concepts its captions mention (full-text search)
+            "sample_weight": "real",  # > 1 for rows carrying a rare concept
+        },
+        run="krea2.curate.coverage:coverage_pass",
+        when=(("captions", "is not", None),),
     ),
     Stage(
         "balance",
