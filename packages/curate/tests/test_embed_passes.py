@@ -13,7 +13,15 @@ from krea2.curate.cli import app
 from krea2.curate.copy_verify import copy_score, thumbnail, top_candidates, verify_pairs
 from krea2.curate.embed import ToyEncoder, ToyEncoderConfig, save_toy_encoder
 from krea2.curate.kmeans import sample_paths
-from krea2.curate.shapes import Background, Scene, ShapeObject, make_pool, render, write_pool
+from krea2.curate.shapes import (
+    SHAPES,
+    Background,
+    Scene,
+    ShapeObject,
+    make_pool,
+    render,
+    write_pool,
+)
 from krea2.curate.shapes.copies import copy_edit
 
 
@@ -178,3 +186,42 @@ def test_the_sae_and_balance_passes_are_deterministic_and_label_features(warehou
     assert not any(r["sample_keep"] for r in embedded if r["sem_kind"] or r["sae_reject"])
     reasons = {curate.final_reason(r) for r in embedded if r["sample_keep"] is False}
     assert "unsampled" in reasons
+
+
+def test_the_vlm_names_clusters_and_features_and_a_feature_can_be_dropped(warehouse):
+    from krea2.curate.naming import name_clusters
+    from krea2.curate.review import list_clusters
+    from krea2.curate.shapes.caption_server import start_caption_server
+    from krea2.curate.vlm import VlmClient
+
+    c, _ = warehouse
+    wh = curate.open_warehouse(c)
+    curate.run_stages(
+        wh, ["semantic"], curate.load_curate_config(overrides=["semantic.threshold=0.05"])
+    )
+    server, url = start_caption_server()
+    bad, bad_url = start_caption_server(garbage=True)
+    small = [f"sae.label_url={url}", "sae.steps=30", "sae.features=8", "sae.k=2",
+             "sae.min_images=1", "sae.top_images=2"]  # fmt: skip
+    try:
+        result = name_clusters(wh, VlmClient(url), level=2, per_group=3)
+        leaves = {r["cluster"]: r for r in list_clusters(wh) if r["level"] == 2}
+        failed = name_clusters(wh, VlmClient(bad_url, retries=0), level=1)
+        sae = curate.run_stages(wh, ["sae"], curate.load_curate_config(overrides=small))["sae"]
+        first = next(iter(sae["feature_names"]))
+        drop = curate.load_curate_config(overrides=[*small, f'sae.drop_features="{first}"'])
+        dropped = curate.run_stages(wh, ["sae"], drop)["sae"]
+        rows = curate.read_rows(wh, ["sae_features", "sae_reject", "embedding"])
+    finally:
+        server.shutdown()
+        bad.shutdown()
+        wh.close()
+    assert result["clusters"] == result["named"] == len(leaves) and result["failed"] == 0
+    # Each leaf is named after a colour+shape the toy VLM sees in its central images.
+    assert all(r["name"] and r["name"].split()[-1] in SHAPES for r in leaves.values())
+    assert failed["failed"] == failed["clusters"] > 0 and failed["named"] == 0
+    names = sae["feature_names"].values()
+    assert names and all(n.split()[-1] in SHAPES for n in names)
+    hit = [r for r in rows if r["embedding"] and r["sae_features"].split(",")[0] == first]
+    assert hit and all(r["sae_reject"] == "sae_artifact" for r in hit)
+    assert dropped["flagged"] >= len(hit)

@@ -26,7 +26,9 @@ def test_claim_predicates_are_the_dag_edges():
         "classify": "embedding IS NOT NULL",
     }
     passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
-    assert passes == ["dedup", "concepts", "caption_check", "semantic", "sae", "review", "balance"]
+    assert passes == [
+        "dedup", "concepts", "caption_check", "semantic", "sae", "review", "coverage", "balance"
+    ]  # fmt: skip
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")
         assert "shapes" not in job.handler.lower()

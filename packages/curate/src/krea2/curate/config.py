@@ -133,6 +133,8 @@ class SaeFilterConfig:
     min_share: float = 0.5
     artifact_reasons: str = "text_density,text_legibility"
     seed: int = 0
+    drop_features: str = ""  # filter by feature: rows dominated by these ids (a,b) are dropped
+    label_url: str = ""  # a VLM server that names each feature from its top images; "" = none
 
 
 @dataclass(frozen=True)

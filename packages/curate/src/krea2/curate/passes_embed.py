@@ -62,7 +62,7 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
     from krea2.curate.embed.store import read_vectors
 
     c = cfg.sae
-    cols = ["image_key", "seq", "embedding", *reject_columns()]
+    cols = ["image_key", "seq", "uri", "embedding", *reject_columns()]
     rows = _ordered(list(scan_all(wh, STAGES_BY_NAME["sae"].filters(), cols)))
     if len(rows) < 2:
         return {"rows": len(rows), "flagged": 0}
@@ -81,15 +81,17 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
         hits = [reasons[i] for i in top if reasons[i] in wanted]
         if len(hits) >= c.min_share * len(top):
             artifact[f] = max(set(hits), key=hits.count)
+    dropped = set(artifact) | {int(f) for f in c.drop_features.split(",") if f.strip()}
     dominant = tag(z, top=3)
     patch = [
         {
             "image_key": k,
             "sae_features": ",".join(map(str, feats)),
-            "sae_reject": SAE_REJECT if feats and feats[0] in artifact else "",
+            "sae_reject": SAE_REJECT if feats and feats[0] in dropped else "",
         }
         for k, feats in zip(keys, dominant, strict=True)
     ]
+    names = _feature_names(rows, z, c) if c.label_url else {}
     with wh.funnel() as fn:
         fn.patch(TABLE, patch)
         fn.flush()
@@ -97,8 +99,32 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
         "rows": len(rows),
         "flagged": sum(p["sae_reject"] != "" for p in patch),
         "artifact_features": {str(f): r for f, r in sorted(artifact.items())},
+        **({"feature_names": names} if names else {}),
         **{k: round(float(v), 4) for k, v in stats.items() if k in SAE_STATS},
     }
+
+
+def _feature_names(rows: list[dict], z: np.ndarray, c: Any) -> dict[str, str]:
+    """``{feature: name}`` from the VLM at ``c.label_url`` for every feature active on at
+    least ``c.min_images`` rows, from its ``c.top_images`` most activating images (a
+    feature whose request failed gets no name)."""
+    from krea2.curate.decode import decode
+    from krea2.curate.embed.sae import top_images
+    from krea2.curate.naming import name_groups
+    from krea2.curate.storage import read_uri
+    from krea2.curate.vlm import VlmClient
+
+    groups = {}
+    for f in range(z.shape[1]):
+        top = top_images(z, f, c.top_images)
+        if len(top) >= c.min_images:
+            groups[f] = [decode(read_uri(rows[i]["uri"])).pixels for i in top]
+    client = VlmClient(c.label_url)
+    try:
+        named = name_groups(client, groups)
+    finally:
+        client.close()
+    return {str(f): v[0] for f, v in named.items() if not isinstance(v, Exception)}
 
 
 SAE_STATS = ("fvu", "l0", "dead_features", "dead_share", "max_frequency", "seconds")

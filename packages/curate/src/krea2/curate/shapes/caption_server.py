@@ -80,6 +80,8 @@ def answer(body: dict[str, Any], faults: Faults) -> str:
     images = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
     if faults.garbage:
         return "?!" if images else "certainly! here is some json: {oops"
+    if images and "were grouped together" in text:  # name a group (naming.NAME_PROMPT)
+        return name_group([_pixels(u) for u in images])
     if images:
         data = base64.b64decode(images[0].split(",", 1)[1])
         pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
@@ -87,6 +89,28 @@ def answer(body: dict[str, Any], faults: Faults) -> str:
         return describe(pixels, json.loads(m.group(1)) if m else "", faults.omit_colors)
     m = re.search(r"Description: (.*)\Z", text, re.S)
     return rewrite(m.group(1).strip() if m else text)
+
+
+def _pixels(url: str) -> np.ndarray:
+    from PIL import Image
+
+    data = base64.b64decode(url.split(",", 1)[1])
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def name_group(images: list[np.ndarray]) -> str:
+    """The toy VLM's name of a group: its most common colour+shape, flagged "mixed" when
+    that is in fewer than half of the images."""
+    per_image = [{f"{o.color} {o.shape}" for o in detect_objects(p)} for p in images]
+    counts: dict[str, int] = {}
+    for found in per_image:
+        for phrase in sorted(found):
+            counts[phrase] = counts.get(phrase, 0) + 1
+    if not counts:
+        return json.dumps({"name": "empty scenes", "flag": ""})
+    name = max(sorted(counts), key=lambda k: counts[k])
+    flag = "mixed content" if 2 * counts[name] < len(images) else ""
+    return json.dumps({"name": name, "flag": flag})
 
 
 def _handler(faults: Faults) -> type[BaseHTTPRequestHandler]:
