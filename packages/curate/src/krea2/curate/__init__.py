@@ -98,6 +98,11 @@ _PUBLIC: dict[str, str] = {
     "pseudo_label": "distill",
     "train_head": "distill",
     "top_share": "pagerank",
+    "name_clusters": "naming",
+    "name_groups": "naming",
+    "caption_batch": "captioning",
+    "search_concepts": "coverage",
+    "copy_score": "copy_verify",
     # evaluation against ground truth
     "precision_recall": "evaluate",
     "clean_kept": "evaluate",
