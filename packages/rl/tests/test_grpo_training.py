@@ -177,13 +177,18 @@ def test_kill_and_resume_repeats_the_rollouts_and_losses(tmp_path, pretrained, s
 
 
 @pytest.mark.slow
-def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, pretrained, single_run):
-    cfg = _config(tmp_path, pretrained, every=0)
-    out, _ = (proc := _launch(2, "krea2.rl.grpo.train", str(cfg))).communicate(timeout=600)
-    assert proc.returncode == 0, out[-3000:]
-    rows = _rows(tmp_path / "run")
-    assert len(rows) == STEPS
-    for a, b in zip(single_run, rows, strict=True):
-        assert b["first_ratio_max_dev"] <= 1e-6
+def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, pretrained):
+    # one minibatch per iteration: with inner_steps > 1 each rank splits its own rollouts,
+    # so the minibatches of 2 ranks hold other images than 1 rank's
+    runs = {}
+    for nproc in (1, 2):
+        cfg = _config(tmp_path / f"ranks{nproc}", pretrained, every=0)
+        proc = _launch(nproc, "krea2.rl.grpo.train", str(cfg), "--set", "grpo.inner_steps=1")
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+        runs[nproc] = _rows(cfg.parent / "run")
+    assert len(runs[1]) == len(runs[2]) == STEPS
+    for a, b in zip(runs[1], runs[2], strict=True):
+        assert a["first_ratio_max_dev"] <= 1e-6 and b["first_ratio_max_dev"] <= 1e-6
         for key in ("loss", "reward_smooth", "reward_rubric", "ratio_mean", "kl", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)

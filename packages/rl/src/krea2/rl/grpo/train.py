@@ -33,7 +33,8 @@ class RlRunConfig:
     checkpoint) of the ``krea2 train`` run ``pretrained``, RL-train on the prompts of
     ``prompts_file`` (one per line) into ``run_dir``: ``steps`` iterations of
     ``prompts_per_step`` prompts (x ``grpo.group_size`` images) at ``lr`` (constant after
-    ``warmup_steps``), full fine-tuning or LoRA of rank ``lora_rank``; ``[grpo]`` is the
+    ``warmup_steps``), full fine-tuning or LoRA of rank ``lora_rank``, checkpoints every
+    ``checkpoint_every`` steps (0: at the end); ``[grpo]`` is the
     objective (:class:`GrpoConfig`)."""
 
     pretrained: str = ""
@@ -50,9 +51,13 @@ class RlRunConfig:
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
 
     def __post_init__(self) -> None:
-        for name in ("steps", "prompts_per_step", "checkpoint_every", "log_every"):
+        for name in ("steps", "prompts_per_step", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.checkpoint_every < 0:
+            raise ValueError(
+                f"checkpoint_every={self.checkpoint_every} must be >= 0 (0: at the end)"
+            )
         if self.lr <= 0:
             raise ValueError(f"lr={self.lr} must be positive")
 
