@@ -107,3 +107,22 @@ def dependents(packages: dict[str, Package], name: str) -> list[str]:
         for other in packages.values()
         if name in other.internal() | other.extra_internal()
     ]
+
+
+# Extras too heavy for a test environment (vLLM pulls CUDA builds); their code is tested
+# where the extra is installed, and its absence is what scripts/isolation.py checks.
+UNTESTED_EXTRAS = frozenset({"vllm"})
+
+
+def test_extras(pkg: Package) -> list[str]:
+    """The extras a package's own tests run with: all it declares but UNTESTED_EXTRAS."""
+    return sorted(set(pkg.extras) - UNTESTED_EXTRAS)
+
+
+if __name__ == "__main__":
+    import sys
+
+    # python3 scripts/workspace.py test-extras curate  ->  --extra embed --extra ocr
+    if len(sys.argv) != 3 or sys.argv[1] != "test-extras":
+        sys.exit("usage: python3 scripts/workspace.py test-extras <package>")
+    print(" ".join(f"--extra {e}" for e in test_extras(load()[sys.argv[2]])))
