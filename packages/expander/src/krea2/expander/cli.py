@@ -91,7 +91,10 @@ def sft(
         examples = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
     except json.JSONDecodeError as e:
         raise UserError(f"{data}: not JSON lines ({e})") from None
-    cfg = SftConfig(base=str(base) if base else None, steps=steps, batch_size=batch_size, lr=lr)
+    cfg = SftConfig(
+        base=str(base) if base else None, steps=steps, batch_size=batch_size, lr=lr,
+        log_every=max(1, min(20, steps // 10)),
+    )  # fmt: skip
     result = run_sft(examples, out, cfg)
     first, last = result["losses"][0][1], result["losses"][-1][1]
     typer.echo(f"loss {first:.3f} -> {last:.3f} over {steps} steps; expander in {out}")
