@@ -2,7 +2,7 @@
 SFT per domain, and their merges (uniform, weighted, TIES; task arithmetic as a reference),
 scored by a background-style classifier over samples and by ShapesEval.
 
-    uv run --no-sync python benchmarks/sft_merge.py                # ~6 min on 2 cores
+    uv run --no-sync python benchmarks/sft_merge.py     # 17-32 min on the loaded 2-core VM
     uv run --no-sync python benchmarks/sft_merge.py --pretrain 200 --sft 60   # a smoke run
 
 The base is pretrained here on one-object scenes of the world's training concepts on its
@@ -104,12 +104,12 @@ decay_ratio = 0.2
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pretrain", type=int, default=400)
+    p.add_argument("--pretrain", type=int, default=200)
     p.add_argument("--sft", type=int, default=150)
     p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-3, help="SFT learning rate")
-    p.add_argument("--steps", type=int, default=16, help="sampling steps")
-    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--lr", type=float, default=5e-3, help="SFT learning rate")
+    p.add_argument("--steps", type=int, default=12, help="sampling steps")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
     args = p.parse_args()
     global THREADS
     THREADS = args.threads

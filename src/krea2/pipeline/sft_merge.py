@@ -45,7 +45,7 @@ class SftMergeSettings:
 
     steps: int = 150
     batch_size: int = 32
-    lr: float = 3e-3
+    lr: float = 5e-3
     rank: int = 8
     copies: int = 2
     sample_steps: int = 16
