@@ -15,6 +15,7 @@ from krea2.infra.errors import UserError
 from krea2.rl.grpo import (
     GrpoConfig,
     advantages,
+    artifact_alarm,
     curate_pool,
     export_prompt_shards,
     gate_rewards,
@@ -186,6 +187,15 @@ def test_artifact_gate_takes_the_gain_of_a_defective_image():
     np.testing.assert_allclose(gated["artifact"], art)
     with pytest.raises(ValueError, match="artifact"):
         gate_rewards({"rubric": rubric}, 0.5)
+
+
+def test_artifact_alarm_is_relative_to_the_first_evaluation():
+    # the proof run's numbers: 0.021 at the start, 0.000 ten iterations later
+    assert artifact_alarm(0.021, 0.000, 0.5) is not None
+    assert artifact_alarm(0.021, 0.015, 0.5) is None
+    assert "fell from 0.0210 to 0.0000" in artifact_alarm(0.021, 0.0, 0.5)
+    with pytest.raises(ValueError, match="artifact_bound"):
+        artifact_alarm(0.5, 0.4, 1.5)
 
 
 def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):

@@ -32,6 +32,7 @@ _HOMES: dict[str, str | None] = {
     "reason_counts": "pool",
     "pool_statistics": "pool",
     "gate_rewards": "guards",
+    "artifact_alarm": "guards",
     # training
     "GrpoConfig": "config",
     "RlObjective": "config",

@@ -36,8 +36,8 @@ class GrpoConfig:
     passes in-process rewards), ``weights`` name → weight, aggregated by ``aggregation``
     (``gdpo`` or ``sum``). Guards: with ``artifact_gate`` set, an image whose ``artifact``
     reward is below it gets every other reward set to that reward's group minimum (no gain
-    from a defective image); ``artifact_bound``: the run stops when the held-out artifact
-    reward falls this far below its value at the start.
+    from a defective image); ``artifact_bound`` (0..1): the run stops when the held-out
+    artifact reward falls below (1 - artifact_bound) x its value at the start.
 
     Objective ``grpo``: ``inner_steps`` optimizer steps per rollout batch (its images split
     in that many minibatches), ratio clip ``clip``, ``kl_beta``. Objective ``nft``
@@ -93,5 +93,7 @@ class GrpoConfig:
             "artifact" not in self.rewards
         ):
             raise ValueError("artifact_gate/artifact_bound need a reward named 'artifact'")
+        if self.artifact_bound is not None and not 0 < self.artifact_bound < 1:
+            raise ValueError(f"artifact_bound={self.artifact_bound} must be in (0, 1)")
         if not 0 < self.clip < 1:
             raise ValueError(f"clip={self.clip} must be in (0, 1)")

@@ -1,8 +1,7 @@
-"""Guards against reward hacking: the artifact reward as a gate on the other rewards.
-
-(The other guard, early stopping when the held-out artifact reward falls past a bound, is
-in the objective: :class:`krea2.rl.grpo.objective.GrpoObjective`.)
-"""
+"""Guards against reward hacking: the artifact reward as a gate on the other rewards, and
+early stopping when the held-out artifact reward falls past a bound (the objective,
+:class:`krea2.rl.grpo.objective.GrpoObjective`, calls :func:`artifact_alarm` on every
+evaluation)."""
 
 from __future__ import annotations
 
@@ -30,3 +29,19 @@ def gate_rewards(rewards: Mapping[str, np.ndarray], gate: float) -> dict[str, np
         floor = v.min(1, keepdims=True)
         out[name] = np.where(bad, np.broadcast_to(floor, v.shape), v)
     return out
+
+
+def artifact_alarm(first: float, current: float, bound: float) -> str | None:
+    """Why to stop, or None: the held-out artifact reward (1 - P(defect)) fell below
+    ``(1 - bound)`` x its first value (``bound`` = 0.5: lost half). Relative, so it works
+    whatever the head's scale on the model's samples (a head trained on renders may score
+    a toy model's clean samples near 0.02, where an absolute bound can never fire)."""
+    if not 0 < bound < 1:
+        raise ValueError(f"artifact_bound={bound} must be in (0, 1): the share that may be lost")
+    floor = (1.0 - bound) * first
+    if current < floor:
+        return (
+            f"the held-out artifact reward fell from {first:.4f} to {current:.4f}, below "
+            f"(1 - artifact_bound={bound}) x its first value"
+        )
+    return None

@@ -24,7 +24,7 @@ import torch
 from krea2.dit import flow
 from krea2.rl.grpo.advantage import Aggregation, advantages, batch_moments, gdpo_sum
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
-from krea2.rl.grpo.guards import gate_rewards
+from krea2.rl.grpo.guards import artifact_alarm, gate_rewards
 from krea2.rl.grpo.loss import gaussian_kl, grpo_terms, nft_terms, optimality
 from krea2.rl.grpo.sde import Rollout, sde_rollout, step_log_prob
 from krea2.rl.rewards import Reward
@@ -71,8 +71,8 @@ class GrpoObjective:
     ``evaluate(module, step)``: optional held-out measure run on every rank every
     ``eval_every`` steps and at the last; its numbers join the step's metrics (e.g.
     ``eval_shapes``, ``eval_artifact``). With ``gc.artifact_bound`` the run stops
-    (:class:`krea2.trainer.TrainingStopped`) when ``eval_artifact`` falls that far below
-    its first value."""
+    (:class:`krea2.trainer.TrainingStopped`) when ``eval_artifact`` falls below
+    (1 - bound) x its first value (:func:`~krea2.rl.grpo.guards.artifact_alarm`)."""
 
     def __init__(
         self,
@@ -226,11 +226,10 @@ class GrpoObjective:
         if bound is not None and art is not None:
             if self.first_artifact is None:
                 self.first_artifact = art
-            elif self.first_artifact - art > bound:
+            elif (why := artifact_alarm(self.first_artifact, art, bound)) is not None:
                 raise TrainingStopped(
-                    f"step {step}: the held-out artifact reward fell from "
-                    f"{self.first_artifact:.3f} to {art:.3f}, more than artifact_bound={bound} "
-                    "(reward hacking guard); the newest checkpoint before it stands"
+                    f"step {step}: {why} (reward hacking guard); the newest checkpoint "
+                    "before it stands"
                 )
         return out
 

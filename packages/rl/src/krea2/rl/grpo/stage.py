@@ -58,7 +58,7 @@ class RlStageSettings:
     aggregation: str = "gdpo"
     artifact_weight: float = 0.5
     artifact_gate: float | None = None
-    artifact_bound: float | None = 0.1
+    artifact_bound: float | None = 0.5
     shared_noise: bool = False
     lora_rank: int = 0
     eval_every: int = 10
