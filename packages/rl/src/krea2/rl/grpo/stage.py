@@ -188,7 +188,8 @@ def rl_stage(
     ``pretrained``/``tuned`` measures ``{"no_cfg": ..., "cfg": ...}`` (``shapes_eval``,
     ``all_correct``, ``by_kind``, ``artifact``), ``curves`` (per logged step:
     :data:`CURVE_KEYS`), ``samples`` (``.npy`` uint8 [P, S, H, W, 3], no CFG, tuned and
-    pretrained), ``stopped`` (the guard's reason, if it stopped the run) and ``seconds``."""
+    pretrained), ``stopped`` (the guard's reason, if it stopped the run: then ``tuned`` is
+    the pretrained model, which is what the stage keeps) and ``seconds``."""
     from krea2.infra.errors import UserError
     from krea2.rl.grpo.pool import (
         curate_pool,
@@ -272,7 +273,10 @@ def rl_stage(
     seconds["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    after = evaluate(job, len(job.stages) - 1, name, s.eval_tuned_cfg)
+    if stopped is None:
+        after = evaluate(job, len(job.stages) - 1, name, s.eval_tuned_cfg)
+    else:  # the guard fired: a checkpoint holds the weights it rejected, keep the start
+        after = before
     seconds["eval_tuned"] = time.perf_counter() - t
     result = {
         "name": name,
