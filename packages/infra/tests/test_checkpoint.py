@@ -15,6 +15,7 @@ import torch
 from krea2.infra.checkpoint import (
     CheckpointCorruptError,
     CheckpointManager,
+    CheckpointMismatchError,
     capture_rng_state,
     restore_rng_state,
 )
@@ -183,6 +184,22 @@ def test_explicit_step_load_of_a_corrupt_checkpoint_moves_nothing(tmp_path):
     with pytest.raises(CheckpointCorruptError):
         manager.load(make_state(0), step=1)
     assert bad.is_dir() and not list(tmp_path.glob("corrupt-*"))
+
+
+def test_a_checkpoint_of_another_model_config_is_named_and_never_set_aside(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, make_state(1), {"step": 1})
+    newest = manager.save(2, make_state(2), {"step": 2})
+    other = zeros_like(make_state(0))
+    other["model"]["w"] = torch.zeros(64, 8)  # e.g. another patch size: another input width
+    other["optimizer"]["exp_avg"] = torch.zeros(64, 8)
+    with pytest.raises(CheckpointMismatchError, match=r"model\.w is \[64, 32\] there, \[64, 8\]"):
+        manager.load(other)
+    assert newest.is_dir() and not list(tmp_path.glob("corrupt-*"))  # nothing moved
+    assert manager.latest_step() == 2
+    assert torch.count_nonzero(other["model"]["b"]) == 0  # nothing was read into the state
+    with pytest.raises(CheckpointMismatchError, match=r"optimizer\.exp_avg"):
+        manager.load(other, step=1)
 
 
 def test_garbage_in_a_shard_with_the_right_size_is_a_clear_error(tmp_path):

@@ -57,6 +57,7 @@ _NAME_TO_MODULE = {
     "CheckpointManager": "checkpoint",
     "PendingSave": "checkpoint",
     "CheckpointCorruptError": "checkpoint_layout",
+    "CheckpointMismatchError": "checkpoint_layout",
     "CheckpointEntry": "checkpoint_layout",
     "scan_checkpoints": "checkpoint_layout",
     "Progress": "progress",

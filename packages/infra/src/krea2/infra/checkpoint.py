@@ -42,6 +42,7 @@ from krea2.infra.checkpoint_layout import (
     CORRUPT_PREFIX,
     TMP_PREFIX,
     CheckpointCorruptError,
+    CheckpointMismatchError,
     fsync_path,
     remove_tree,
     scan_checkpoints,
@@ -59,6 +60,7 @@ from krea2.infra.rng import capture_rng_state, restore_rng_state
 __all__ = [
     "CheckpointCorruptError",
     "CheckpointManager",
+    "CheckpointMismatchError",
     "PendingSave",
     "capture_rng_state",
     "restore_rng_state",
@@ -324,9 +326,13 @@ class CheckpointManager:
             self._barrier()
 
     def _load_dir(self, path: Path, state: dict[str, Any]) -> dict[str, Any]:
+        """Load one checkpoint directory; a torn or unreadable one raises
+        :class:`CheckpointCorruptError`, one saved from another model config
+        :class:`CheckpointMismatchError` (before anything is read into ``state``)."""
         if not path.is_dir():
             raise FileNotFoundError(f"checkpoint {path} does not exist")
         manifest = verify_checkpoint(path)
+        check_shapes(path, state)
         try:
             dcp.load(state, storage_reader=FileSystemReader(path), **self._dcp_kwargs())
         except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
@@ -345,3 +351,36 @@ class CheckpointManager:
             return json.loads(extra_path.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointCorruptError(path, f"unreadable {extra_path.name}: {exc}") from None
+
+
+def _tensor_shapes(state: Any, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """Dotted keys (DCP's flattening of nested dicts and lists) -> global tensor shapes."""
+    if isinstance(state, torch.Tensor):  # DTensor's shape is the global one, as DCP saves
+        return {prefix: tuple(state.shape)}
+    items: Any = ()
+    if isinstance(state, dict):
+        items = state.items()
+    elif isinstance(state, list | tuple):
+        items = enumerate(state)
+    out: dict[str, tuple[int, ...]] = {}
+    for key, value in items:
+        out.update(_tensor_shapes(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def check_shapes(path: Path, state: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointMismatchError` when a tensor of ``state`` has another shape
+    in the checkpoint at ``path`` (keys absent on either side are left to DCP). An
+    unreadable metadata file is corruption (:class:`CheckpointCorruptError`)."""
+    try:
+        saved = FileSystemReader(path).read_metadata().state_dict_metadata
+    except Exception as exc:
+        raise CheckpointCorruptError(path, f"unreadable metadata: {exc}") from exc
+    problems = []
+    for key, shape in _tensor_shapes(state).items():
+        meta = saved.get(key)
+        size = getattr(meta, "size", None)
+        if size is not None and tuple(size) != shape:
+            problems.append(f"{key} is {list(size)} there, {list(shape)} here")
+    if problems:
+        raise CheckpointMismatchError(path, problems)

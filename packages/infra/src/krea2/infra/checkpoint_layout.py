@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from krea2.infra.errors import UserError
+
 COMPLETE_MARKER = "COMPLETE"
 MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^step-(\d{9,})$")
@@ -34,6 +36,21 @@ class CheckpointCorruptError(RuntimeError):
         super().__init__(f"checkpoint {path} is corrupt: {problem}")
         self.path = path
         self.problem = problem
+
+
+class CheckpointMismatchError(UserError):
+    """A sound checkpoint whose tensors do not fit the state being loaded (another model
+    config): a mistake to fix, not corruption, so the checkpoint is never set aside."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        shown = "; ".join(problems[:3]) + more
+        super().__init__(
+            f"checkpoint {path} does not fit this model: {shown}. The config differs from the "
+            "one the checkpoint was saved with (e.g. patch size, width, depth); use that config"
+        )
+        self.path = path
+        self.problems = problems
 
 
 def step_dir_name(step: int) -> str:
