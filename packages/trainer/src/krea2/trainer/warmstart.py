@@ -41,8 +41,8 @@ def _like(value: torch.Tensor, target) -> torch.Tensor:
 
 def _source(cfg: JobConfig, i: int) -> tuple[Path, int] | None:
     """Where ``cfg.stages[i]`` starts from (a checkpoint directory) and that source's patch
-    (the previous stage's, else the model config's: a weights directory is assumed to be
-    of the job's model); None for the seeded init or released weights."""
+    (the previous stage's, else the model config's; the saved first layer's width wins,
+    :func:`_saved_patch`); None for the seeded init or released weights."""
     stage = cfg.stages[i]
     if stage.init_from == "previous" and i > 0:
         prev = cfg.stages[i - 1]
@@ -56,6 +56,29 @@ def _source(cfg: JobConfig, i: int) -> tuple[Path, int] | None:
     if stage.init_from not in ("previous", "none") and release_source(stage.init_from) is None:
         return Path(stage.init_from), dit_config(cfg).patch
     return None
+
+
+def _saved_patch(source: Path, channels: int) -> int | None:
+    """The patch a checkpoint (a directory of one, or a stage's checkpoints folder: its
+    newest) was saved at, read from its first layer's input width (patch² · channels);
+    None when it cannot be read (then the config's patch is assumed)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    directory = source
+    if not (source / ".metadata").exists():
+        step = CheckpointManager(source).latest_step() if source.is_dir() else None
+        if step is None:
+            return None
+        directory = CheckpointManager(source).path_of(step)
+    try:
+        meta = FileSystemReader(directory).read_metadata().state_dict_metadata
+    except Exception:  # unreadable: the load below names the problem
+        return None
+    size = getattr(meta.get("model.dit.first.weight"), "size", None)
+    if size is None or len(size) != 2:
+        return None
+    patch = round((size[1] / channels) ** 0.5)
+    return patch if patch * patch * channels == size[1] else None
 
 
 def warm_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -> None:
@@ -83,13 +106,14 @@ def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) 
     if found is None:
         return
     source, source_patch = found
+    channels = module.dit.cfg.latent_channels
+    source_patch = _saved_patch(source, channels) or source_patch
     full = get_model_state_dict(module)
     # Checkpoints name the base in released terms; adapters (peft) rename the Linears
     # they wrap, so load under the released names and map back after.
     names = base_names(k for k in full if not k.startswith("irepa."))
     wanted = {k: full[m] for k, m in names.items()}
     patch = module.dit.cfg.patch
-    channels = module.dit.cfg.latent_channels
     if source_patch != patch:  # load the source's shapes, then resize them to this stage's
         from krea2.dit.patch_resize import resize_patch_weights, shapes_at_patch
 
