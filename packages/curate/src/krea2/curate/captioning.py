@@ -10,14 +10,14 @@ metadata keys ``captions.meta_keys``), then one round of rewrites, and the row g
 ``[{format, text}, ...]`` for every format of ``krea2.infra.CAPTION_FORMATS``. A row whose
 requests failed after every retry fails alone (the job retries it later); the others land.
 
-**Caption failures** (``caption_check_pass``): a VLM that consistently omits a salient
-attribute (a colour it cannot name, the text in the image) writes captions that teach the
-model to ignore it. Each tag word of a row (the ``tags`` stage: "red circle" → red, circle)
-and its OCR text are attributes its long caption should mention; an attribute value left
-out of at least ``captions.min_omission_rate`` of the captions of the rows that carry it
-(over at least ``captions.min_rows`` rows) is a consistent omission, and each row whose
-caption omits one gets ``caption_reject = 'caption_omission'`` and ``caption_omits`` (what).
-"""
+**Caption failures** (``krea2.curate.passes.caption_check_pass``): a VLM that consistently
+omits a salient attribute (a colour it cannot name, the text in the image) writes captions
+that teach the model to ignore it. Each tag word of a row (the ``tags`` stage: "red circle"
+→ red, circle) and its OCR text are attributes its long caption should mention; an attribute
+value left out of at least ``captions.min_omission_rate`` of the captions of the rows that
+carry it (over at least ``captions.min_rows`` rows) is a consistent omission, and each row
+whose caption omits one gets ``caption_reject = 'caption_omission'`` and ``caption_omits``
+(what)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from krea2.curate.config import CaptionConfig, CurateConfig
+from krea2.curate.config import CaptionConfig
 from krea2.curate.vlm import Messages, VlmClient, image_part
 
 SYSTEM = "You write captions of images for training a text-to-image model."
@@ -172,30 +172,3 @@ def omissions(rows: list[dict], min_rate: float, min_rows: int) -> tuple[dict[st
         v: missed[v] / n for v, n in carried.items() if n >= min_rows and missed[v] / n >= min_rate
     }
     return rates, [sorted(left & set(rates)) for left in per_row]
-
-
-def caption_check_pass(wh: Any, cfg: CurateConfig) -> dict[str, Any]:
-    """Write ``caption_reject``/``caption_omits`` for every captioned row (see module)."""
-    from krea2.curate.stages import STAGES_BY_NAME, TABLE
-    from krea2.curate.warehouse import scan_all
-
-    cols = ["image_key", "captions", "tags", "ocr_text"]
-    rows = list(scan_all(wh, STAGES_BY_NAME["caption_check"].filters(), cols))
-    c = cfg.captions
-    rates, per_row = omissions(rows, c.min_omission_rate, c.min_rows)
-    patch = [
-        {
-            "image_key": r["image_key"],
-            "caption_reject": OMISSION if left else "",
-            "caption_omits": ",".join(left),
-        }
-        for r, left in zip(rows, per_row, strict=True)
-    ]
-    with wh.funnel() as f:
-        f.patch(TABLE, patch)
-        f.flush()
-    return {
-        "rows": len(rows),
-        "rejected": sum(bool(p["caption_reject"]) for p in patch),
-        "omitted": {v: round(x, 3) for v, x in sorted(rates.items())},
-    }

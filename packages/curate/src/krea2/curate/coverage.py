@@ -70,8 +70,7 @@ def search_concepts(wh: Any, concepts: list[str]) -> dict[str, set[str]]:
 
 def coverage_pass(wh: Any, cfg: CurateConfig) -> dict[str, Any]:
     """Write ``concepts_found`` and ``sample_weight`` for every captioned row."""
-    from krea2.curate.passes_embed import _reason_before
-    from krea2.curate.stages import STAGES_BY_NAME, TABLE, reject_columns
+    from krea2.curate.stages import STAGES_BY_NAME, TABLE, reason_before, reject_columns
     from krea2.curate.warehouse import scan_all
 
     c = cfg.coverage
@@ -80,7 +79,7 @@ def coverage_pass(wh: Any, cfg: CurateConfig) -> dict[str, Any]:
     found = search_concepts(wh, concepts)
     cols = ["image_key", *reject_columns()]
     rows = list(scan_all(wh, STAGES_BY_NAME["coverage"].filters(), cols))
-    kept = [r for r in rows if _reason_before(r, "coverage") is None]
+    kept = [r for r in rows if reason_before(r, "coverage") is None]
     counts = Counter(name for r in kept for name in found.get(r["image_key"], ()))
     rare = {name for name, n in counts.items() if n <= c.rare_rows}
     patch = []

@@ -216,3 +216,30 @@ def _verified(rows: list[dict], pairs: np.ndarray, sims: np.ndarray, c) -> tuple
     pairs = pairs[readable] if len(pairs) else pairs
     ok, scores = verify_pairs(thumbs, pairs, c.verify)
     return pairs[ok], scores[ok]
+
+
+def caption_check_pass(wh: Warehouse, cfg: CurateConfig) -> dict:
+    """Write ``caption_reject``/``caption_omits`` for every captioned row (a VLM that
+    consistently omits a salient attribute: ``krea2.curate.captioning``)."""
+    from krea2.curate.captioning import OMISSION, omissions
+
+    cols = ["image_key", "captions", "tags", "ocr_text"]
+    rows = list(scan_all(wh, STAGES_BY_NAME["caption_check"].filters(), cols))
+    c = cfg.captions
+    rates, per_row = omissions(rows, c.min_omission_rate, c.min_rows)
+    patch = [
+        {
+            "image_key": r["image_key"],
+            "caption_reject": OMISSION if left else "",
+            "caption_omits": ",".join(left),
+        }
+        for r, left in zip(rows, per_row, strict=True)
+    ]
+    with wh.funnel() as f:
+        f.patch(TABLE, patch)
+        f.flush()
+    return {
+        "rows": len(rows),
+        "rejected": sum(bool(p["caption_reject"]) for p in patch),
+        "omitted": {v: round(x, 3) for v, x in sorted(rates.items())},
+    }

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from krea2.curate.config import CurateConfig
-from krea2.curate.stages import STAGES, STAGES_BY_NAME, TABLE, reject_columns
+from krea2.curate.stages import STAGES_BY_NAME, TABLE, reason_before, reject_columns
 from krea2.curate.warehouse import scan_all
 from krea2.krablet import Warehouse
 
@@ -41,16 +41,6 @@ UNSAMPLED = "unsampled"
 def _ordered(rows: list[dict]) -> list[dict]:
     """Rows in ingest order (then key): one order for every run, whatever the shards return."""
     return sorted(rows, key=lambda r: (r.get("seq") or 0, r["image_key"]))
-
-
-def _reason_before(row: dict[str, Any], stage: str) -> str | None:
-    """The row's reject reason from the stages before ``stage`` (DAG order)."""
-    for s in STAGES:
-        if s.name == stage:
-            return None
-        if s.reject is not None and (reason := s.reject.reason(row)):
-            return reason
-    return None
 
 
 def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
@@ -71,7 +61,7 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
     config = SaeConfig(features=c.features, k=c.k, steps=c.steps, batch=c.batch, seed=c.seed)
     sae, stats = train_sae(x, config)
     z = codes(sae, x)
-    reasons = [_reason_before(r, "sae") for r in rows]
+    reasons = [reason_before(r, "sae") for r in rows]
     wanted = {s.strip() for s in c.artifact_reasons.split(",") if s.strip()}
     artifact: dict[int, str] = {}
     for f in range(z.shape[1]):
@@ -139,7 +129,7 @@ def balance_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
     c = cfg.balance
     cols = ["image_key", "seq", "cluster", "sample_weight", "concepts_found", *reject_columns()]
     rows = _ordered(list(scan_all(wh, STAGES_BY_NAME["balance"].filters(), cols)))
-    kept = [r for r in rows if _reason_before(r, "balance") is None]
+    kept = [r for r in rows if reason_before(r, "balance") is None]
     # Rows carrying a rare concept (coverage pass: weight > 1) are always kept; the rest of
     # the budget is drawn evenly over the hierarchy.
     drawn = {r["image_key"] for r in kept if (r.get("sample_weight") or 1.0) > 1.0}

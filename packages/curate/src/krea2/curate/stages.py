@@ -230,7 +230,7 @@ STAGES: tuple[Stage, ...] = (
             "caption_reject": "text",  # '' or caption_omission
             "caption_omits": "text",  # the consistently omitted attributes this one omits
         },
-        run="krea2.curate.captioning:caption_check_pass",
+        run="krea2.curate.passes:caption_check_pass",
         when=(("captions", "is not", None),),
         reject=Reject("caption_reject"),
     ),
@@ -370,3 +370,13 @@ def final_reason(row: Mapping[str, Any]) -> str | None:
 def reject_columns() -> list[str]:
     """The columns ``final_reason`` reads."""
     return [s.reject.column for s in STAGES if s.reject is not None]
+
+
+def reason_before(row: dict, stage: str) -> str | None:
+    """The row's reject reason from the stages before ``stage`` (DAG order), or None."""
+    for s in STAGES:
+        if s.name == stage:
+            return None
+        if s.reject is not None and (reason := s.reject.reason(row)):
+            return reason
+    return None
