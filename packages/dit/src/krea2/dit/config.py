@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from krea2.infra.errors import UserError
 
@@ -107,7 +108,7 @@ class DiTConfig:
         """True for the release's shared AdaLN-style modulation, False with time tokens."""
         return self.timestep_tokens == 0
 
-    def replace(self, **changes) -> DiTConfig:
+    def replace(self, **changes: Any) -> DiTConfig:
         """A copy with fields changed (validated)."""
         changes.setdefault("name", "custom")
         return dataclasses.replace(self, **changes)
@@ -212,7 +213,7 @@ CONFIGS: dict[str, DiTConfig] = {
 }
 
 
-def get_config(name: str, **overrides) -> DiTConfig:
+def get_config(name: str, **overrides: Any) -> DiTConfig:
     """A named config (`krea2-12b`, `tiny`, `toy`, `bench-512`), optionally with fields changed."""
     if name not in CONFIGS:
         raise UserError(f"unknown DiT config {name!r}; choose one of {', '.join(CONFIGS)}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -61,7 +63,7 @@ class Krea2DiT(nn.Module):
         self.checkpointing: str | None = None
 
     @classmethod
-    def from_config(cls, name_or_cfg: str | DiTConfig, **overrides) -> Krea2DiT:
+    def from_config(cls, name_or_cfg: str | DiTConfig, **overrides: Any) -> Krea2DiT:
         """Build from a named config (`krea2-12b`, `toy`, ...) or a DiTConfig."""
         cfg = name_or_cfg if isinstance(name_or_cfg, DiTConfig) else get_config(name_or_cfg)
         return cls(cfg.replace(**overrides) if overrides else cfg)

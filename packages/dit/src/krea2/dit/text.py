@@ -6,6 +6,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -53,7 +54,13 @@ class TextEncoder(nn.Module):
     encoding. Positions passed to Qwen count valid tokens only (cumsum(mask) - 1).
     """
 
-    def __init__(self, model: nn.Module, tokenizer, taps=RELEASE_TAPS, max_length: int = 512):
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        taps: tuple[int, ...] = RELEASE_TAPS,
+        max_length: int = 512,
+    ) -> None:
         super().__init__()
         n_hidden = model.config.text_config.num_hidden_layers + 1
         if any(not 0 <= i < n_hidden for i in taps):
@@ -86,7 +93,7 @@ class TextEncoder(nn.Module):
     def from_pretrained(
         cls,
         path: str | Path,
-        taps=RELEASE_TAPS,
+        taps: tuple[int, ...] = RELEASE_TAPS,
         max_length: int = 512,
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",

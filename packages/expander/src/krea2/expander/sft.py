@@ -98,7 +98,11 @@ def run_sft(examples: Sequence[dict], out: Path, config: SftConfig | None = None
 
 
 def generate(
-    model: Any, tokenizer: Any, requests: Sequence[str], max_new_tokens: int = 256, **sampling
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[str],
+    max_new_tokens: int = 256,
+    **sampling: Any,
 ) -> list[str]:
     """The assistant text for each request (greedy unless ``sampling`` says otherwise),
     batched with left padding."""

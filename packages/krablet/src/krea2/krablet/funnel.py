@@ -298,5 +298,5 @@ class Funnel:
     def __enter__(self) -> Funnel:
         return self
 
-    def __exit__(self, exc_type, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close(flush=exc_type is None)

@@ -228,7 +228,7 @@ class FunnelClient:
     def __enter__(self) -> FunnelClient:
         return self
 
-    def __exit__(self, exc_type, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close(flush=exc_type is None)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -34,7 +35,7 @@ class DistEnv:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def dp_group(self):
+    def dp_group(self) -> Any:
         return self.mesh["dp"].get_group() if self.mesh is not None else None
 
 
@@ -95,7 +96,7 @@ def init_distributed(cfg: JobConfig) -> DistEnv:
     return DistEnv(dist.get_rank(), world, device, dp, tp, mesh["dp"].get_local_rank(), mesh)
 
 
-def all_reduce_sum(tensor: torch.Tensor, env: DistEnv, group=None) -> torch.Tensor:
+def all_reduce_sum(tensor: torch.Tensor, env: DistEnv, group: Any = None) -> torch.Tensor:
     """Sum over ``group`` (default: the dp ranks) in place; a no-op in one process."""
     if env.distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group or env.dp_group())

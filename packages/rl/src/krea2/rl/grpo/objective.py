@@ -94,7 +94,13 @@ class GrpoObjective:
 
     # ------------------------------------------------------------------ rollouts
     def rollout(
-        self, module, prompts: list[str], step: int, cfg: JobConfig, env: DistEnv, side: int
+        self,
+        module: Any,
+        prompts: list[str],
+        step: int,
+        cfg: JobConfig,
+        env: DistEnv,
+        side: int,
     ) -> tuple[list[Rollout], list[list[str]], np.ndarray, float]:
         """Roll out ``group_size`` images per prompt (rows prompt-major: prompt p's images
         are rows p·G .. p·G + G - 1) in micro-batches; returns the micro-batches'

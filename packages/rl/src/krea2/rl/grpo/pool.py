@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,8 +93,8 @@ def read_records(path: Path) -> list[PromptRecord]:
 
 
 def pool_statistics(
-    job, stage_index: int, prompts: Sequence[str], reward, group_size: int, steps: int,
-    seed: int = 5000,
+    job: Any, stage_index: int, prompts: Sequence[str], reward: Any, group_size: int,
+    steps: int, seed: int = 5000,
 ) -> np.ndarray:  # fmt: skip
     """Rewards [P, G] of ``group_size`` no-CFG samples per prompt (seeds ``seed ..``,
     ``steps`` Euler steps) of ``job.stages[stage_index]``'s newest checkpoint."""
