@@ -160,8 +160,9 @@ def test_the_recipes_preference_tables_sample_as_eval_does(quick):
 
 def test_the_sampling_fields_are_refused_in_preference_and_named_in_eval(tmp_path):
     recipe = tmp_path / "demo.toml"
-    # [preference] is the recipe's last table, so this line lands in it.
-    recipe.write_text(recipe_text(True) + "sample_steps = 3\n")
+    recipe.write_text(
+        recipe_text(True).replace("[preference]\n", "[preference]\nsample_steps = 3\n")
+    )
     with pytest.raises(
         ConfigError, match=re.escape("preference.sample_steps is the demo's eval.steps")
     ):

@@ -3,9 +3,11 @@ keys and a click through three pairs with one undo land in the pairs table."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -59,6 +61,7 @@ class Chromium:
              f"--user-data-dir={self.profile.name}", url],
             preexec_fn=fds, pass_fds=(3, 4),  # kept open after fds() moves the pipes there
             stdout=subprocess.DEVNULL, stderr=(log := self.log.open("wb")),
+            start_new_session=True,  # its renderer and helper processes: killed as a group
         )  # fmt: skip
         log.close()  # the child has its own copy
         os.close(to_chrome_r)
@@ -134,8 +137,17 @@ class Chromium:
         raise AssertionError(f"timed out waiting for {expr}")
 
     def close(self) -> None:
-        self.proc.kill()
+        # Every Chromium process, not just the browser: a renderer left alive writes into
+        # the profile while it is being removed ("Directory not empty").
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        for _ in range(50):  # the group's last writes land as its processes die
+            try:
+                self.profile.cleanup()
+                return
+            except OSError:
+                time.sleep(0.1)
         self.profile.cleanup()
 
 
