@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# A shell starts background jobs (`pytest ... &` in a script, nohup) with SIGINT ignored,
+# and an ignored signal stays ignored across exec: every CLI the tests start would then
+# shrug off the Ctrl-C the interruption tests send. A handled signal is reset to the
+# default on exec, so restoring Python's handler here gives children a normal Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TEST_SEED = 1234
 
