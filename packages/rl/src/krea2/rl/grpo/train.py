@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from krea2.infra.config import load_config, save_config
+from krea2.infra.config import load_config
 from krea2.infra.errors import UserError
 from krea2.rl.grpo.config import GrpoConfig
 from krea2.rl.grpo.objective import EvalHook
@@ -116,25 +116,13 @@ def train_rl(
     ``rewards``; returns the run directory. ``metrics.jsonl`` rows of kind ``train`` carry
     ``reward_<name>``, ``loss``, ``ratio_mean``, ``clip_fraction``, ``kl``,
     ``first_ratio_max_dev`` (GRPO), the times of rollout/reward/train and any ``eval_*``."""
-    from krea2.infra.logging import setup_logging
     from krea2.rl.grpo.objective import GrpoObjective
-    from krea2.trainer import Trainer, shutdown, validate_job
+    from krea2.rl.objective_run import run_with_objective, world_size
+    from krea2.trainer import validate_job
 
-    validate_job(job, _world_size())
-    run_dir = Path(job.run_dir)
-    setup_logging("INFO", file=run_dir / "train.log.jsonl")
+    validate_job(job, world_size())
     objective = GrpoObjective(gc, rewards, evaluate, eval_every)
-    trainer = Trainer(job, resume=resume, objective=objective)
-    if trainer.env.is_main:
-        save_config(job, run_dir / "config.toml")
-        save_config(gc, run_dir / "grpo.toml")
-    finished = False
-    try:
-        trainer.run()
-        finished = True
-    finally:
-        shutdown(synchronize=finished)
-    return run_dir
+    return run_with_objective(job, objective, resume, {"grpo.toml": gc})
 
 
 def load_rewards(gc: GrpoConfig) -> dict[str, Reward]:
@@ -206,12 +194,6 @@ def _stage_index(job: JobConfig, name: str | None) -> int:
     if name not in names:
         raise UserError(f"stage {name!r} is not a stage of {job.run_dir}; its stages: {names}")
     return names.index(name)
-
-
-def _world_size() -> int:
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def main(argv: Sequence[str]) -> int:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from krea2.infra.config import load_config, save_config
+from krea2.infra.config import load_config
 from krea2.infra.errors import UserError
 from krea2.rl.preference.loss import PreferenceConfig
 from krea2.trainer import JobConfig, load_job, validate_job
@@ -49,33 +49,15 @@ def train_preference(
     objective; returns the run directory (``metrics.jsonl`` rows of kind ``train`` carry
     ``winner_gap``, ``loser_gap``, ``margin``, ``accuracy``; ``preference.toml`` records
     the objective)."""
-    from krea2.infra.logging import setup_logging
+    from krea2.rl.objective_run import run_with_objective, world_size
     from krea2.rl.preference.objective import PreferenceObjective
-    from krea2.trainer import Trainer, shutdown
 
     cfg = job if isinstance(job, JobConfig) else load_job(job, overrides)
-    trainer_world = _world_size()
+    trainer_world = world_size()
     validate_job(cfg, trainer_world)
     check_preference_job(cfg, trainer_world)
-    run_dir = Path(cfg.run_dir)
-    setup_logging("INFO", file=run_dir / "train.log.jsonl")
-    trainer = Trainer(cfg, resume=resume, objective=PreferenceObjective(preference))
-    if trainer.env.is_main:
-        save_config(cfg, run_dir / "config.toml")
-        save_config(preference, run_dir / "preference.toml")
-    finished = False
-    try:
-        trainer.run()
-        finished = True
-    finally:
-        shutdown(synchronize=finished)
-    return run_dir
-
-
-def _world_size() -> int:
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    objective = PreferenceObjective(preference)
+    return run_with_objective(cfg, objective, resume, {"preference.toml": preference})
 
 
 def main(argv: Sequence[str]) -> int:
