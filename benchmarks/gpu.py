@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 # Python puts this folder first on sys.path, where benchmarks/queue.py would shadow the
@@ -42,6 +44,8 @@ from krea2.dit.keymap import diffusers_to_krea  # noqa: E402
 from krea2.dit.model import Krea2DiT  # noqa: E402
 from krea2.dit.testing import make_inputs, randomize  # noqa: E402
 
+RESULTS = HERE / "results" / "gpu.json"
+PARTS = ("steps", "lora", "checkpoint", "float8")
 H200_BF16_TFLOPS = 989.0  # dense bf16 peak (SXM); MFU is against this
 TEXT_TOKENS = 512
 
@@ -212,17 +216,17 @@ def lora_12b_step(device, base: str, side: int, rank: int, repeat: int) -> dict:
     from krea2.trainer.lora import apply_lora
 
     torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
     cfg = get_config("krea2-12b")
     with torch.device("meta"):
         model = Krea2DiT(cfg)
-    model.to_empty(device=device)
+    # Cast on the meta device so the weights are born in bf16: an fp32 build of 12B
+    # parameters (48 GiB) would be the peak and hide the training step's own.
+    model.to(torch.bfloat16).to_empty(device=device)
     with torch.no_grad():
         model.init_weights()
         for p in model.parameters():
             if p.ndim == 2:
                 p.normal_(0, 0.02)
-    model.to(torch.bfloat16)
     if base == "int8":
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
@@ -244,9 +248,13 @@ def lora_12b_step(device, base: str, side: int, rank: int, repeat: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    sync(device)
+    resident = torch.cuda.memory_allocated(device) / 2**30  # base + adapters + inputs
+    torch.cuda.reset_peak_memory_stats(device)
     s = timed(step, device, 1, repeat)
     peak = torch.cuda.max_memory_allocated(device) / 2**30  # the model is freed on return
-    return {"base": base, "side": side, "rank": rank, "step_s": s, "peak_gib": peak}
+    return {"base": base, "side": side, "rank": rank, "step_s": s, "resident_gib": resident,
+            "peak_gib": peak}  # fmt: skip
 
 
 def checkpoint_blocking(device, depth: int) -> dict:
@@ -278,7 +286,24 @@ def main() -> None:
     p.add_argument("--depth", type=int, default=2, help="blocks at the release's width")
     p.add_argument("--side", type=int, default=1024)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument(
+        "--parts",
+        type=lambda v: set(v.split(",")),
+        default=set(PARTS),
+        help=f"comma-separated subset of {','.join(PARTS)}; the others keep their last figures",
+    )
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="only rewrite the docs section from benchmarks/results/gpu.json (no GPU)",
+    )
     args = p.parse_args()
+    if args.render:
+        results = json.loads(RESULTS.read_text())
+        write_results("gpu", results, markdown(results))
+        return
+    if unknown := args.parts - set(PARTS):
+        p.error(f"unknown parts {sorted(unknown)}: choose from {','.join(PARTS)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check = self_check(device)
     print(f"self-check on {device}: " + ", ".join(f"{k} {v:.2e}" for k, v in check.items()))
@@ -296,57 +321,96 @@ def main() -> None:
             return fn()
         except Exception as exc:  # recorded, printed and written with the results
             errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+            traceback.print_exc()
             print(f"{name} failed: {errors[name]}", file=sys.stderr)
             torch.cuda.empty_cache()
             return default
 
-    steps = attempt(
+    def done(name: str, value):
+        """Print each part as it finishes, so a run cut short still shows its figures."""
+        print(f"[{time.perf_counter() - t_start:6.1f} s] {name}: {value}", flush=True)
+        return value
+
+    # Parts not asked for keep the figures of the last run (benchmarks/results/gpu.json), so
+    # one part can be rerun inside a short GPU lease without losing the others.
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    measured: dict[str, str] = dict(previous.get("measured", {}))
+    for name, err in previous.get("errors", {}).items():
+        if name.split("-")[0] not in args.parts:
+            errors[name] = err
+
+    def part(name: str, fn, default):
+        if name not in args.parts:
+            return previous.get(name, default)
+        measured[name] = when
+        return done(name, fn())
+
+    nan = {"state_gib": 0.0, "sync_s": float("nan"), "async_blocked_s": float("nan"),
+           "async_total_s": float("nan")}  # fmt: skip
+    # The compile-heavy float8 part goes last: a slow compile must not cost the others.
+    steps = part("steps", lambda: attempt(
         "steps", lambda: release_width_steps(device, args.depth, args.side, 2, args.repeat), []
-    )
-    fp8 = attempt("float8", lambda: float8_vs_bf16(device, args.depth, 2, args.repeat), [])
-    lora = [
+    ), [])  # fmt: skip
+    lora = part("lora", lambda: [
         r
         for b in ("bf16", "int8")
         if (r := attempt(f"lora-{b}", lambda b=b: lora_12b_step(device, b, args.side, 64, 3), None))
-    ]
-    nan = {"state_gib": 0.0, "sync_s": float("nan"), "async_blocked_s": float("nan"),
-           "async_total_s": float("nan")}  # fmt: skip
-    ckpt = attempt("checkpoint", lambda: checkpoint_blocking(device, args.depth * 2), nan)
+    ], [])  # fmt: skip
+    ckpt = part("checkpoint", lambda: attempt(
+        "checkpoint", lambda: checkpoint_blocking(device, args.depth * 2), nan
+    ), nan)  # fmt: skip
+    fp8 = part("float8", lambda: attempt(
+        "float8", lambda: float8_vs_bf16(device, args.depth, 2, args.repeat), []
+    ), [])  # fmt: skip
     elapsed = time.perf_counter() - t_start
+    results = {"device": torch.cuda.get_device_name(device), "depth": args.depth,
+               "side": args.side, "self_check": check, "steps": steps, "float8": fp8,
+               "lora": lora, "checkpoint": ckpt, "errors": errors, "elapsed_s": elapsed,
+               "measured": measured}  # fmt: skip
+    write_results("gpu", results, markdown(results))
+    print(markdown(results))
+
+
+def markdown(r: dict) -> str:
+    """The docs/benchmarks.md section for results ``r`` (as saved in gpu.json)."""
+    depth, side, ckpt = r.get("depth", 2), r.get("side", 1024), r["checkpoint"]
+    nan = float("nan")
     md = [
-        f"## GPU check (`benchmarks/gpu.py`, {torch.cuda.get_device_name(device)})",
+        f"## GPU check (`benchmarks/gpu.py`, {r.get('device', 'GPU')})",
         "",
         "Self-check first (fp32, small shape): "
-        + ", ".join(f"{k} {v:.1e}" for k, v in check.items()) + ".",
+        + ", ".join(f"{k} {v:.1e}" for k, v in r["self_check"].items()) + ".",
         "",
-        f"Train step at width 6144, {args.depth} blocks, {args.side}² + 512 text tokens, "
+        f"Train step at width 6144, {depth} blocks, {side}² + 512 text tokens, "
         f"batch 1, bf16 (MFU against {H200_BF16_TFLOPS:.0f} TFLOP/s):",
         "",
         table(["impl", "mode", "step ms", "MFU"],
-              [[r["impl"], "compiled" if r["compiled"] else "eager", f"{1e3 * r['step_s']:.1f}",
-                f"{100 * r['mfu']:.1f} %"] for r in steps]),
+              [[s["impl"], "compiled" if s["compiled"] else "eager", f"{1e3 * s['step_s']:.1f}",
+                f"{100 * s['mfu']:.1f} %"] for s in r["steps"]]),
         "",
         "float8 rowwise vs bf16 (compiled, batch 8):",
         "",
         table(["side", "bf16 ms", "float8 ms", "speedup"],
-              [[r["side"], f"{1e3 * r['bf16_s']:.1f}", f"{1e3 * r['float8_s']:.1f}",
-                f"{r['speedup']:.2f}x"] for r in fp8]),
+              [[f["side"], f"{1e3 * f['bf16_s']:.1f}", f"{1e3 * f['float8_s']:.1f}",
+                f"{f['speedup']:.2f}x"] for f in r["float8"]]),
         "",
-        f"LoRA r64 step of the full krea2-12b at {args.side}², full AC:",
+        f"LoRA r64 step of the full krea2-12b at {side}², full AC (resident: base, adapters "
+        "and inputs before the step):",
         "",
-        table(["base", "step s", "peak GiB"],
-              [[r["base"], f"{r['step_s']:.2f}", f"{r['peak_gib']:.1f}"] for r in lora]),
+        table(["base", "step s", "resident GiB", "peak GiB"],
+              [[x["base"], f"{x['step_s']:.2f}", f"{x.get('resident_gib', nan):.1f}",
+                f"{x['peak_gib']:.1f}"] for x in r["lora"]]),
         "",
         f"Checkpoint of {ckpt['state_gib']:.1f} GiB: sync {ckpt['sync_s']:.2f} s, async blocks "
         f"{ckpt['async_blocked_s']:.2f} s (done after {ckpt['async_total_s']:.2f} s).",
         "",
-        f"Whole script: {elapsed / 60:.1f} min.",
-        *(f"- {name} failed: {err}" for name, err in errors.items()),
+        f"Last run: {r.get('elapsed_s', nan) / 60:.1f} min. Measured: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(r.get("measured", {}).items())) + ".",
+        *(f"- {name} failed: {err}" for name, err in r.get("errors", {}).items()),
+        *(f"- {note}" for note in r.get("notes", [])),
     ]  # fmt: skip
-    results = {"self_check": check, "steps": steps, "float8": fp8, "lora": lora,
-               "checkpoint": ckpt, "errors": errors, "elapsed_s": elapsed}  # fmt: skip
-    write_results("gpu", results, "\n".join(md))
-    print("\n".join(md))
+    return "\n".join(md)
 
 
 if __name__ == "__main__":
