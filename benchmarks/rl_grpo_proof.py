@@ -49,7 +49,10 @@ def parse_variant(text: str) -> tuple[str, dict]:
     kw: dict = {} if rest else {"objective": name}
     for item in filter(None, rest.split(";")):
         key, _, value = item.partition("=")
-        kw[key] = json.loads(value) if value[:1] in "0123456789-[{tf" else value
+        try:  # numbers, true/false/null, lists; anything else is a string
+            kw[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kw[key] = value
     return name, kw
 
 
@@ -115,63 +118,107 @@ def main() -> None:
         )  # fmt: skip
     pre = json.loads((args.work / "eval-pretrained.json").read_text())
     pool = json.loads((args.work / "pool.json").read_text())["counts"]
-    rows = [
-        ["pretrained, no CFG", "", "", f"{pre['no_cfg']['shapes_eval']:.3f}",
-         f"{pre['no_cfg']['all_correct']:.3f}", f"{pre['no_cfg']['artifact']:.3f}", "3"],
-        ["pretrained, CFG 3", "", "", f"{pre['cfg']['shapes_eval']:.3f}",
-         f"{pre['cfg']['all_correct']:.3f}", f"{pre['cfg']['artifact']:.3f}", "3"],
-    ]  # fmt: skip
-    curve_rows = []
+    artifact = _calibrated_head(args.work)
+    base_noise = _artifacts(pre["no_cfg"]["samples"], artifact)[0]
+    bound = NOISE_BOUND * base_noise
+
+    def row(label, images, minutes, m, seeds):  # type: ignore[no-untyped-def]
+        noise, art = _artifacts(m["samples"], artifact) if m else ("", "")
+        within = "" if noise == "" else ("yes" if noise <= bound else "**no**")
+        return [label, images, minutes, f"{m['shapes_eval']:.3f}" if m else "",
+                f"{m['all_correct']:.3f}" if m else "", _num(noise), within, _num(art),
+                seeds]  # fmt: skip
+
+    rows = [row("pretrained, no CFG", "", "", pre["no_cfg"], "3"),
+            row("pretrained, CFG 3", "", "", pre["cfg"], "3")]  # fmt: skip
+    curve_rows, described = [], []
     for name, r in results.items():
-        t = r["tuned"]["no_cfg"]
         c = r["curves"]
-        rows.append([f"{name}, no CFG (finished)", f"{c['rollout_images'][-1]:.0f}",
-                     f"{c['seconds'][-1] / 60:.1f}", f"{t['shapes_eval']:.3f}",
-                     f"{t['all_correct']:.3f}", f"{t['artifact']:.3f}", "3"])  # fmt: skip
+        label = f"{name}, no CFG" + (f" (stopped: {r['stopped']})" if r["stopped"] else "")
+        rows.append(row(label, f"{c['rollout_images'][-1]:.0f}", f"{c['seconds'][-1] / 60:.1f}",
+                        r["tuned"]["no_cfg"], "3"))  # fmt: skip
         curve_rows += _curve_rows(name, c)
+        described.append(f"- `{name}`: {_differences(r['settings'], common)}")
     for name, c in partials.items():
         step, images, seconds, score, allc = last_eval(c)
         rows.append([f"{name}, no CFG (unfinished: after {step} of its iterations)",
                      f"{images:.0f}", f"{seconds / 60:.1f}", f"{score:.3f}", f"{allc:.3f}",
-                     "", "1"])  # fmt: skip
+                     "", "", "", "1"])  # fmt: skip
         curve_rows += _curve_rows(name, c)
     headers = ["model", "rollout images", "RL minutes", "ShapesEval", "all correct",
-               "artifact reward", "seeds"]  # fmt: skip
+               "background noise", f"within {NOISE_BOUND:g}x", "artifact (calibrated)",
+               "seeds"]  # fmt: skip
     s = RlStageSettings(**common)
     md = (
         "## RL without CFG on ShapesWorld (`benchmarks/rl_grpo_proof.py`)\n\n"
         f"The full demo's pretrained model; {cfg.eval.max_prompts} held-out prompts, "
         f"{s.eval_steps} Euler steps. Pool: {pool} of {s.max_train_prompts} training "
-        f"prompts ({s.pool_samples} no-CFG samples each). Each iteration: "
+        f"prompts ({s.pool_samples} no-CFG samples each). Common settings: each iteration "
         f"{s.prompts_per_step} prompts x {s.group_size} images, {s.sample_steps}-step "
-        f"rollouts without CFG, rewards rubric + {s.artifact_weight} x artifact (GDPO), "
-        f"lr {s.lr:g}, full fine-tuning. GRPO: SDE window {s.window_size} steps "
-        f"(noise level {s.noise_level}), {s.inner_steps} inner steps, clip {s.clip}; "
-        f"DiffusionNFT: beta {s.nft_beta}, ODE rollouts.\n\n"
+        f"rollouts without CFG, rewards rubric + {s.artifact_weight} x artifact "
+        f"({s.aggregation}), lr {s.lr:g}, "
+        + (f"LoRA rank {s.lora_rank}" if s.lora_rank else "full fine-tuning")
+        + f", KL {s.kl_beta:g}. GRPO: SDE window {s.window_size} steps (noise level "
+        f"{s.noise_level}), {s.inner_steps} inner steps, clip {s.clip}; DiffusionNFT: beta "
+        f"{s.nft_beta}, ODE rollouts. Per variant:\n\n" + "\n".join(described) + "\n\n"
+        "Artifact measures, the same for every row (computed here from the stored "
+        "samples): background noise = `krea2.rl.grpo.background_noise` (mean |high-pass| "
+        "over the plain background, grey levels; no reward sees it), bound "
+        f"{NOISE_BOUND:g}x the pretrained no-CFG value = {bound:.2f}; artifact = the head "
+        "calibrated on the pretrained model's samples (`artifact-calibrated.npz`, "
+        "1 - P(defect)).\n\n"
         + table(headers, rows)
         + "\n\nShapesEval without CFG against rollout images and wall time (1 seed, the "
-        "model after `step` updates):\n\n"
-        + table(
-            [
-                "variant",
-                "step",
-                "rollout images",
-                "RL minutes",
-                "ShapesEval",
-                "all correct",
-                "artifact",
-            ],
-            curve_rows,
-        )
+        "model after `step` updates; background noise where the run logged it):\n\n"
+        + table(CURVE_HEADERS, curve_rows)
         + f"\n\nCommand: `uv run --frozen python benchmarks/rl_grpo_proof.py --demo DIR "
         f"--variants {args.variants}"
         + (" --report-only`" if args.report_only else "`")
         + f" ({(time.perf_counter() - t0) / 60:.1f} min).\n"
     )
     summary = {"results": results, "partial": partials, "pretrained": pre, "pool": pool,
-               "settings": common}  # fmt: skip
+               "settings": common, "noise_bound": bound}  # fmt: skip
     print(md)
     write_results("rl-grpo-proof", summary, md)
+
+
+NOISE_BOUND = 2.0
+CURVE_HEADERS = ["variant", "step", "rollout images", "RL minutes", "ShapesEval", "all correct",
+                 "background noise"]  # fmt: skip
+
+
+def _num(v) -> str:  # type: ignore[no-untyped-def]
+    return v if isinstance(v, str) else f"{v:.3f}"
+
+
+def _calibrated_head(work: Path):  # type: ignore[no-untyped-def]
+    from krea2.rl.rewards import ArtifactReward
+
+    path = work / "artifact-calibrated.npz"
+    return ArtifactReward.load(path) if path.exists() else None
+
+
+def _artifacts(samples: str, head) -> tuple[float, float | str]:  # type: ignore[no-untyped-def]
+    """(mean background noise, mean calibrated artifact reward or '') of a samples file."""
+    import numpy as np
+
+    from krea2.rl.grpo import background_noise
+
+    images = np.load(samples)
+    flat = images.reshape(-1, *images.shape[2:])
+    art = float(np.mean(head(flat, ["x"] * len(flat)).scores)) if head is not None else ""
+    return float(background_noise(flat).mean()), art
+
+
+def _differences(settings: dict, common: dict) -> str:
+    """A variant's settings that differ from the common ones (and its objective)."""
+    from dataclasses import asdict
+
+    from krea2.rl.grpo import RlStageSettings
+
+    base = asdict(RlStageSettings(**common))
+    keys = ["objective"] + [k for k in settings if k != "objective" and settings[k] != base[k]]
+    return ", ".join(f"{k}={settings[k]}" for k in keys)
 
 
 def _curve_rows(name: str, c: dict) -> list[list[str]]:
@@ -181,9 +228,10 @@ def _curve_rows(name: str, c: dict) -> list[list[str]]:
             continue
         images = c["rollout_images"][i - 1] if i else 0.0
         seconds = c["seconds"][i - 1] if i else 0.0
+        noise = (c.get("eval_bg_noise") or [None] * len(c["step"]))[i]
         rows.append([name, str(c["step"][i]), f"{images:.0f}", f"{seconds / 60:.1f}",
                      f"{v:.3f}", f"{c['eval_all_correct'][i]:.3f}",
-                     f"{c['eval_artifact'][i]:.3f}"])  # fmt: skip
+                     "" if noise is None else f"{noise:.3f}"])  # fmt: skip
     return rows
 
 

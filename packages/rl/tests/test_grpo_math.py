@@ -16,6 +16,7 @@ from krea2.rl.grpo import (
     GrpoConfig,
     advantages,
     artifact_alarm,
+    background_noise,
     curate_pool,
     export_prompt_shards,
     gate_rewards,
@@ -24,6 +25,7 @@ from krea2.rl.grpo import (
     grpo_terms,
     log_prob,
     nft_terms,
+    noise_alarm,
     optimality,
     reason_counts,
     sde_rollout,
@@ -198,6 +200,31 @@ def test_artifact_alarm_is_relative_to_the_first_evaluation():
         artifact_alarm(0.5, 0.4, 1.5)
 
 
+def test_background_noise_sees_the_grid_pattern_and_not_the_objects():
+    from krea2.curate import shapes
+    from krea2.rl.rewards import grid_defect
+
+    rng = np.random.default_rng(0)
+    clean = np.stack([shapes.render(shapes.sample_scene(rng), 64, 64) for _ in range(8)])
+    grid = np.stack([grid_defect(img, np.random.default_rng(i)) for i, img in enumerate(clean)])
+    flat = np.zeros((1, 64, 64, 3), np.uint8)
+    assert background_noise(flat)[0] == 0.0
+    assert background_noise(clean).max() < 1.0  # plain backgrounds, object edges masked out
+    # even the faintest grid (6 grey levels, half of it clipped on black) more than doubles it
+    assert np.all(background_noise(grid) > 2 * background_noise(clean) + 0.5)
+    with pytest.raises(ValueError, match="B, H, W, 3"):
+        background_noise(clean[0])
+
+
+def test_noise_alarm_fires_above_its_factor_of_the_first_evaluation():
+    # the proof's numbers: 0.51 for the pretrained samples, 8.7 with the grid
+    assert noise_alarm(0.51, 8.73, 2.0) is not None
+    assert noise_alarm(0.51, 0.9, 2.0) is None
+    assert "rose from 0.510 to 8.730" in noise_alarm(0.51, 8.73, 2.0)
+    with pytest.raises(ValueError, match="noise_bound"):
+        noise_alarm(0.5, 0.4, 1.0)
+
+
 def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
     with pytest.raises(ValueError, match="group_size"):
         GrpoConfig(group_size=1)
@@ -207,6 +234,10 @@ def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
         GrpoConfig(rewards={"rubric": "rubric"}, weights={"other": 1.0})
     with pytest.raises(ValueError, match="artifact"):
         GrpoConfig(artifact_gate=0.5)
+    with pytest.raises(ValueError, match="noise_bound"):
+        GrpoConfig(noise_bound=0.9)
+    with pytest.raises(ValueError, match="kl_beta"):
+        GrpoConfig(kl_beta=-0.1)
     with pytest.raises(UserError, match="empty"):
         export_prompt_shards([], tmp_path, 32, 2)
     with pytest.raises(UserError, match="prompt 1 is empty"):

@@ -156,6 +156,19 @@ def test_nft_objective_trains_on_the_same_loop(tmp_path, pretrained):
 
 
 @pytest.mark.slow
+def test_nft_kl_term_is_zero_at_the_reference_and_grows_after_updates(tmp_path, pretrained):
+    cfg = _config(tmp_path, pretrained, "nft")  # kl_beta = 0.1: the trainer keeps a reference
+    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--set",
+                              "grpo.window_size=0", "--set",
+                              "grpo.window_start_max=0")).communicate(timeout=300)  # fmt: skip
+    assert proc.returncode == 0, out[-3000:]
+    rows = _rows(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(STEPS))
+    assert rows[0]["kl"] <= 1e-12  # the policy is the reference before its first update
+    assert rows[-1]["kl"] > 0 and all(math.isfinite(r["loss"]) for r in rows)
+
+
+@pytest.mark.slow
 def test_kill_and_resume_repeats_the_rollouts_and_losses(tmp_path, pretrained, single_run):
     cfg = _config(tmp_path, pretrained)
     proc = _launch(1, "krea2.rl.grpo.train", str(cfg))

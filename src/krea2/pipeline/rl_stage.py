@@ -17,7 +17,7 @@ from krea2.trainer import JobConfig
 STAGE = "rl"
 WHAT = "RL without CFG (multi-reward, GDPO) from the final pretrained model"
 HEADERS = ["model", "ShapesEval, no CFG", "all correct, no CFG", "ShapesEval, CFG",
-           "all correct, CFG", "artifact reward, no CFG"]  # fmt: skip
+           "all correct, CFG", "artifact reward, no CFG", "background noise, no CFG"]  # fmt: skip
 
 
 def run_demo_stage(
@@ -45,6 +45,7 @@ def rows(result: dict) -> list[list[str]]:
             label, f"{m['no_cfg']['shapes_eval']:.3f}", f"{m['no_cfg']['all_correct']:.3f}",
             f"{cfg['shapes_eval']:.3f}" if cfg else "", f"{cfg['all_correct']:.3f}" if cfg else "",
             f"{m['no_cfg']['artifact']:.3f}",
+            f"{m['no_cfg']['bg_noise']:.2f}" if "bg_noise" in m["no_cfg"] else "",
         ])  # fmt: skip
     return out
 
@@ -89,8 +90,12 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
     parts.append(
         f'<p class="note">Prompt pool: {counts} (curated from no-CFG samples of the '
         "training-concept prompts; the record of why is pool.json). Rewards: the rubric "
-        "verifier and the artifact reward (1 − P(defect)), aggregated by GDPO; sampling "
-        "without CFG during training.</p>"
+        "verifier and the artifact reward (1 − P(defect), its head calibrated on the "
+        "pretrained model's own samples), aggregated by GDPO; sampling without CFG during "
+        "training. Background noise: mean |high-pass| over the plain background in grey "
+        "levels (krea2.rl.grpo.background_noise), which no reward sees; reward hacking "
+        "laid a grid over it (~9 against ~0.5); the guard stops the run above "
+        f"{result['settings'].get('noise_bound')} x the start.</p>"
     )
     if result["stopped"]:
         parts.append(f'<p class="warning">{html.escape(result["stopped"])}</p>')

@@ -33,6 +33,8 @@ _HOMES: dict[str, str | None] = {
     "pool_statistics": "pool",
     "gate_rewards": "guards",
     "artifact_alarm": "guards",
+    "background_noise": "guards",
+    "noise_alarm": "guards",
     # training
     "GrpoConfig": "config",
     "RlObjective": "config",

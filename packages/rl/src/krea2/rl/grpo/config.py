@@ -4,7 +4,8 @@ A run's config file holds the trainer job the RL stage belongs to (``job``, a tr
 whose last stage is the RL stage, or built by the demo) and this table. Units: steps are
 Euler steps of the sampling grid, ``noise_level`` is Flow-GRPO's ``a`` in
 σ_t = a √(t / (1 - t)), ``clip`` is the ratio's clip range ε (ratios of per-element mean
-log-probabilities, so ε is small), ``kl_beta`` weighs KL(π_θ ‖ π_ref) per element.
+log-probabilities, so ε is small), ``kl_beta`` weighs KL(π_θ ‖ π_ref) per element (GRPO)
+or the squared velocity distance to the reference per element (DiffusionNFT).
 """
 
 from __future__ import annotations
@@ -37,11 +38,17 @@ class GrpoConfig:
     (``gdpo`` or ``sum``). Guards: with ``artifact_gate`` set, an image whose ``artifact``
     reward is below it gets every other reward set to that reward's group minimum (no gain
     from a defective image); ``artifact_bound`` (0..1): the run stops when the held-out
-    artifact reward falls below (1 - artifact_bound) x its value at the start.
+    artifact reward falls below (1 - artifact_bound) x its value at the start;
+    ``noise_bound`` (> 1): the run stops when the held-out background noise
+    (:func:`krea2.rl.grpo.guards.background_noise`, an evaluation's ``bg_noise``) rises
+    above noise_bound x its value at the start.
 
     Objective ``grpo``: ``inner_steps`` optimizer steps per rollout batch (its images split
     in that many minibatches), ratio clip ``clip``, ``kl_beta``. Objective ``nft``
-    (DiffusionNFT): ``nft_beta`` and ``nft_times`` forward-process times per image."""
+    (DiffusionNFT): ``nft_beta``, ``nft_times`` forward-process times per image and
+    ``kl_beta`` x ‖v_θ - v_ref‖² (element mean, at the same noisy points) to the
+    reference. With ``kl_beta`` > 0 the trainer keeps a frozen reference (the pre-RL
+    weights)."""
 
     objective: RlObjective = RlObjective.GRPO
     group_size: int = 8
@@ -56,6 +63,7 @@ class GrpoConfig:
     aggregation: Aggregation = Aggregation.GDPO
     artifact_gate: float | None = None
     artifact_bound: float | None = None
+    noise_bound: float | None = None
     inner_steps: int = 1
     clip: float = 0.01
     kl_beta: float = 0.0
@@ -95,5 +103,9 @@ class GrpoConfig:
             raise ValueError("artifact_gate/artifact_bound need a reward named 'artifact'")
         if self.artifact_bound is not None and not 0 < self.artifact_bound < 1:
             raise ValueError(f"artifact_bound={self.artifact_bound} must be in (0, 1)")
+        if self.noise_bound is not None and not self.noise_bound > 1:
+            raise ValueError(f"noise_bound={self.noise_bound} must be > 1 (a growth factor)")
+        if self.kl_beta < 0:
+            raise ValueError(f"kl_beta={self.kl_beta} must be >= 0")
         if not 0 < self.clip < 1:
             raise ValueError(f"clip={self.clip} must be in (0, 1)")

@@ -24,7 +24,7 @@ import torch
 from krea2.dit import flow
 from krea2.rl.grpo.advantage import Aggregation, advantages, batch_moments, gdpo_sum
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
-from krea2.rl.grpo.guards import artifact_alarm, gate_rewards
+from krea2.rl.grpo.guards import artifact_alarm, gate_rewards, noise_alarm
 from krea2.rl.grpo.loss import gaussian_kl, grpo_terms, nft_terms, optimality
 from krea2.rl.grpo.sde import Rollout, sde_rollout, step_log_prob
 from krea2.rl.rewards import Reward
@@ -72,7 +72,9 @@ class GrpoObjective:
     ``eval_every`` steps and at the last; its numbers join the step's metrics (e.g.
     ``eval_shapes``, ``eval_artifact``). With ``gc.artifact_bound`` the run stops
     (:class:`krea2.trainer.TrainingStopped`) when ``eval_artifact`` falls below
-    (1 - bound) x its first value (:func:`~krea2.rl.grpo.guards.artifact_alarm`)."""
+    (1 - bound) x its first value (:func:`~krea2.rl.grpo.guards.artifact_alarm`); with
+    ``gc.noise_bound`` when ``eval_bg_noise`` rises above bound x its first value
+    (:func:`~krea2.rl.grpo.guards.noise_alarm`)."""
 
     def __init__(
         self,
@@ -88,9 +90,10 @@ class GrpoObjective:
         self.rewards = dict(rewards)
         self.evaluate = evaluate
         self.eval_every = eval_every
-        self.needs_reference = gc.objective is RlObjective.GRPO and gc.kl_beta > 0
+        self.needs_reference = gc.kl_beta > 0
         self._ae = None
         self.first_artifact: float | None = None
+        self.first_noise: float | None = None
 
     # ------------------------------------------------------------------ rollouts
     def rollout(
@@ -227,16 +230,23 @@ class GrpoObjective:
             rollout_images=n_global, time_rollout=t1 - t0, time_reward=t2 - t1,
             time_train=t3 - t2,
         )  # fmt: skip
+        why = None
         bound = self.gc.artifact_bound
         art = out.get("eval_artifact")
         if bound is not None and art is not None:
             if self.first_artifact is None:
                 self.first_artifact = art
-            elif (why := artifact_alarm(self.first_artifact, art, bound)) is not None:
-                raise TrainingStopped(
-                    f"step {step}: {why} (reward hacking guard); the newest checkpoint "
-                    "before it stands"
-                )
+            else:
+                why = artifact_alarm(self.first_artifact, art, bound)
+        noise = out.get("eval_bg_noise")
+        if why is None and self.gc.noise_bound is not None and noise is not None:
+            if self.first_noise is None:
+                self.first_noise = noise
+            else:
+                why = noise_alarm(self.first_noise, noise, self.gc.noise_bound)
+        if why is not None:
+            stands = "the newest checkpoint before it stands"
+            raise TrainingStopped(f"step {step}: {why} (reward hacking guard); {stands}")
         return out
 
     def _tokens(self, module, side: int) -> int:
@@ -321,11 +331,11 @@ class GrpoObjective:
         }
 
     def _nft(self, run, cfg, env, rollouts, caps, adv, n_global, step, mu) -> dict[str, Any]:
-        gc, module = self.gc, run.module
+        gc, module, ref = self.gc, run.module, run.reference
         dtype = next(module.dit.parameters()).dtype
         r_all = torch.tensor(optimality(adv.reshape(-1)), dtype=torch.float32)
         first = env.dp_rank * (n_global // env.dp)
-        acc = torch.zeros(3, dtype=torch.float64)  # loss, optimality, n
+        acc = torch.zeros(4, dtype=torch.float64)  # loss, optimality, kl, n
         for c, (ro, chunk_caps) in enumerate(zip(rollouts, caps, strict=True)):
             lo = c * gc.micro_batch
             x0 = ro.x0.to(dtype)
@@ -344,13 +354,22 @@ class GrpoObjective:
                 target = flow.velocity_target(x0, eps)
                 v = module(x_t, t.to(dtype), chunk_caps)[0]
                 rows = nft_terms(v, v.detach(), target, r, gc.nft_beta)
-                (rows.sum() * env.dp / (n_global * gc.nft_times)).backward()
-                acc += torch.tensor([float(rows.detach().sum()), float(r.sum()), float(r.numel())],
+                kl = torch.zeros_like(rows)
+                if gc.kl_beta > 0:
+                    assert ref is not None
+                    with torch.no_grad():
+                        v_ref = ref(x_t, t.to(dtype), chunk_caps)[0]
+                    kl = (v.float() - v_ref.float()).square().flatten(1).mean(1)
+                loss = (rows + gc.kl_beta * kl).sum()
+                (loss * env.dp / (n_global * gc.nft_times)).backward()
+                acc += torch.tensor([float(rows.detach().sum()), float(r.sum()),
+                                     float(kl.detach().sum()), float(r.numel())],
                                     dtype=torch.float64)  # fmt: skip
         grad_norm = finish_grads(run, cfg, env)
         acc = all_reduce_sum(acc, env)
         return {
-            "loss": float(acc[0] / acc[2]),
-            "optimality_mean": float(acc[1] / acc[2]),
+            "loss": float(acc[0] / acc[3]),
+            "optimality_mean": float(acc[1] / acc[3]),
+            "kl": float(acc[2] / acc[3]),
             "grad_norm": grad_norm,
         }

@@ -22,8 +22,8 @@ from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
 
 CURVE_KEYS = ("step", "rollout_images", "seconds", "loss", "reward_rubric", "reward_artifact",
-              "eval_shapes", "eval_all_correct", "eval_artifact", "first_ratio_max_dev",
-              "clip_fraction", "flat_groups")  # fmt: skip
+              "eval_shapes", "eval_all_correct", "eval_artifact", "eval_bg_noise",
+              "first_ratio_max_dev", "clip_fraction", "flat_groups", "kl")  # fmt: skip
 
 
 @dataclass
@@ -34,7 +34,9 @@ class RlStageSettings:
     no-CFG samples each (dropped: always solved, never solved, no variance). Training:
     ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``;
     the objective and rollouts as :class:`GrpoConfig` (rewards: the rubric verifier and the
-    artifact reward with ``artifact_weight``). Evaluation: the held-out prompts x
+    artifact reward with ``artifact_weight``, its head calibrated on ``calibration_seeds``
+    no-CFG samples per training prompt of the pretrained model; 0: trained on renders alone;
+    ``noise_bound``: the background-noise guard). Evaluation: the held-out prompts x
     ``eval_seeds`` in ``eval_steps`` Euler steps, without CFG every ``eval_every`` steps
     (the curves) and at the start and end also with CFG ``eval_cfg``."""
 
@@ -59,6 +61,8 @@ class RlStageSettings:
     artifact_weight: float = 0.5
     artifact_gate: float | None = None
     artifact_bound: float | None = 0.5
+    calibration_seeds: int = 2
+    noise_bound: float | None = 2.0
     shared_noise: bool = False
     lora_rank: int = 0
     eval_every: int = 10
@@ -73,6 +77,8 @@ class RlStageSettings:
         for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.calibration_seeds < 0:
+            raise ValueError(f"calibration_seeds={self.calibration_seeds} must be >= 0")
         if self.objective not in ("grpo", "nft"):
             raise ValueError(f"objective={self.objective!r} is not 'grpo' or 'nft'")
         self.grpo()  # the objective's own checks
@@ -88,31 +94,35 @@ class RlStageSettings:
             rewards={"rubric": "rubric", "artifact": "artifact"},
             weights={"rubric": 1.0, "artifact": self.artifact_weight},
             aggregation=Aggregation(self.aggregation), artifact_gate=self.artifact_gate,
-            artifact_bound=self.artifact_bound, inner_steps=self.inner_steps, clip=self.clip,
+            artifact_bound=self.artifact_bound, noise_bound=self.noise_bound,
+            inner_steps=self.inner_steps, clip=self.clip,
             kl_beta=self.kl_beta, nft_beta=self.nft_beta, nft_times=self.nft_times,
         )  # fmt: skip
 
 
-def shapes_rewards(work: Path) -> dict:
+def shapes_rewards(work: Path, samples=None) -> dict:  # type: ignore[no-untyped-def]
     """The ShapesWorld rewards: ``rubric`` (the verifier, no OCR) and ``artifact`` (its
-    head trained once into ``work/artifact.npz``, ~10 s)."""
-    from krea2.rl.rewards import ArtifactReward, ShapesRubricReward, train_artifact_reward
+    head trained once, ~10 s: on renders into ``work/artifact.npz``, or with ``samples``,
+    a callable returning the model's own samples uint8 [B, H, W, 3], calibrated on them,
+    :func:`krea2.rl.rewards.calibrate_artifact_reward`, into
+    ``work/artifact-calibrated.npz``)."""
+    from krea2.rl.rewards import (
+        ArtifactReward,
+        ShapesRubricReward,
+        calibrate_artifact_reward,
+        train_artifact_reward,
+    )
 
-    path = Path(work) / "artifact.npz"
+    path = Path(work) / ("artifact.npz" if samples is None else "artifact-calibrated.npz")
     if path.exists():
         artifact = ArtifactReward.load(path)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        artifact = train_artifact_reward(n=400, seed=0, path=path, epochs=200)
+        if samples is None:
+            artifact = train_artifact_reward(n=400, seed=0, path=path, epochs=200)
+        else:
+            artifact = calibrate_artifact_reward(samples(), n=400, seed=0, path=path, epochs=200)
     return {"rubric": ShapesRubricReward(ocr=False), "artifact": artifact}
-
-
-def _cached(path: Path, make):  # type: ignore[no-untyped-def]
-    if path.exists():
-        return json.loads(path.read_text())
-    value = make()
-    _write_json(path, value)
-    return value
 
 
 def _write_json(path: Path, data) -> None:  # type: ignore[no-untyped-def]
@@ -122,15 +132,18 @@ def _write_json(path: Path, data) -> None:  # type: ignore[no-untyped-def]
 
 
 def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, rewards) -> dict:
-    """ShapesEval (score, all-requirements-correct rate, by kind) against ``targets`` and
-    the mean artifact reward of images uint8 [P, S, H, W, 3]."""
+    """ShapesEval (score, all-requirements-correct rate, by kind) against ``targets``, the
+    mean artifact reward and the mean background noise
+    (:func:`~krea2.rl.grpo.guards.background_noise`) of images uint8 [P, S, H, W, 3]."""
     from krea2.curate.shapes import shapes_eval
+    from krea2.rl.grpo.guards import background_noise
 
     score = shapes_eval(images, list(targets))
     flat = images.reshape(-1, *images.shape[2:])
     art = rewards["artifact"](flat, [p for p in prompts for _ in range(images.shape[1])])
     return {"shapes_eval": score.score, "all_correct": score.all_correct,
-            "by_kind": score.by_kind, "artifact": float(np.mean(art.scores))}  # fmt: skip
+            "by_kind": score.by_kind, "artifact": float(np.mean(art.scores)),
+            "bg_noise": float(background_noise(flat).mean())}  # fmt: skip
 
 
 def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, s: RlStageSettings):
@@ -165,7 +178,7 @@ def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, 
                 rows.append(to_uint8(ae.decode(x0.float())).numpy())
         m = measure(np.stack(rows, axis=1), prompts, targets, rewards)
         return {"shapes": m["shapes_eval"], "all_correct": m["all_correct"],
-                "artifact": m["artifact"]}  # fmt: skip
+                "artifact": m["artifact"], "bg_noise": m["bg_noise"]}  # fmt: skip
 
     return evaluate
 
@@ -214,8 +227,17 @@ def rl_stage(
     if not train_prompts or not eval_prompts:
         raise UserError("the RL stage needs training prompts and eval prompts")
     gc = s.grpo()
-    rewards = shapes_rewards(work)
     seconds: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def calibration_samples() -> np.ndarray:  # the pretrained model's, training prompts
+        seeds = [7000 + i for i in range(s.calibration_seeds)]
+        prompts = _spread(train_prompts, s.max_train_prompts)
+        images = sample_stage(pretrain_job, stage_index, prompts, seeds, s.sample_steps, 0.0)
+        return images.reshape(-1, *images.shape[2:])
+
+    rewards = shapes_rewards(work, calibration_samples if s.calibration_seeds else None)
+    seconds["artifact_head"] = time.perf_counter() - t
 
     t = time.perf_counter()
     pool_path = work / "pool.json"
@@ -243,8 +265,8 @@ def rl_stage(
         return out
 
     t = time.perf_counter()
-    before = _cached(work / "eval-pretrained.json",
-                     lambda: evaluate(pretrain_job, stage_index, "pretrained"))  # fmt: skip
+    before = evaluate(pretrain_job, stage_index, "pretrained")  # samples cached, re-measured
+    _write_json(work / "eval-pretrained.json", before)
     seconds["eval_pretrained"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -32,6 +32,8 @@ _HOMES: dict[str, str | None] = {
     "image_features": "features",
     "ARTIFACT_DEFECTS": "artifact",
     "ArtifactReward": "artifact",
+    "calibrate_artifact_reward": "artifact",
+    "grid_defect": "artifact",
     "DetectionReport": "artifact",
     "evaluate_artifact_reward": "artifact",
     "render_defects": "artifact",

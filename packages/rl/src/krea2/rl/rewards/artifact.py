@@ -3,6 +3,12 @@
 Trained on ShapesWorld renders with injected defects (noise, blur, broken shapes, borders);
 it is the guard against reward hacking (an image that games the rubric with noise or a
 frame scores low here). Score = 1 − P(defect).
+
+A head trained on renders alone scores a small generator's own clean samples as defects
+(the demo's 64 px DiT: ~0.03), where neither a reward nor a guard can work:
+:func:`calibrate_artifact_reward` retrains it with the generator's samples as the clean
+class and defects injected into those samples (noise, blur, borders and the fine grid
+pattern RL produced on ShapesWorld, :func:`grid_defect`) as the defective one.
 """
 
 from __future__ import annotations
@@ -75,6 +81,19 @@ def _broken(scene: shapes.Scene, img: np.ndarray, rng: np.random.Generator) -> n
     moved = np.roll(far, (dy, dx), axis=(0, 1))
     out[moved] = np.roll(alone, (dy, dx), axis=(0, 1))[moved]  # ... then redraw it shifted
     return out
+
+
+def grid_defect(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A fine periodic pattern over the whole image (lines every 2-4 pixels in both
+    directions, each channel ±6-30 grey levels): what reward hacking laid over the
+    background of a ShapesWorld model's samples under DiffusionNFT at lr 3e-4."""
+    h, w = img.shape[:2]
+    period = int(rng.integers(2, 5))
+    yy, xx = np.mgrid[:h, :w]
+    lines = ((yy % period == 0) | (xx % period == 0)).astype(np.float64)
+    amp = rng.uniform(6, 30) * rng.choice([-1.0, 1.0], size=3)
+    out = img.astype(np.float64) + lines[..., None] * amp
+    return np.clip(out, 0, 255).astype(np.uint8)
 
 
 def render_defects(
@@ -169,6 +188,37 @@ def evaluate_artifact_reward(
         clean_score=float(scores[labels == 0].mean()),
         defect_score=float(scores[labels == 1].mean()),
     )
+
+
+def calibrate_artifact_reward(
+    samples: Any,
+    n: int = 400,
+    seed: int = 0,
+    path: str | Path | None = None,
+    epochs: int = 200,
+) -> ArtifactReward:
+    """The head trained on ``n`` renders of :func:`render_defects` plus a generator's own
+    samples (uint8 ``[B, H, W, 3]``) as clean images, each also copied once with one
+    injected defect (noise, blur, border, :func:`grid_defect` in turn) as a defective one;
+    ``n`` // 4 renders also get the grid as a defect. Saved to ``path`` when given."""
+    images, labels, _ = render_defects(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    model = list(np.asarray(samples, np.uint8))
+    if not model:
+        raise ValueError("calibrate_artifact_reward needs at least one sample")
+    defects = (_noise, _blur, _border, grid_defect)
+    bad = [defects[i % len(defects)](img, rng) for i, img in enumerate(model)]
+    grid_renders = [grid_defect(img, rng) for img in images[: n // 4]]
+    x = _features([*images, *model, *bad, *grid_renders])
+    y = np.concatenate([labels, np.zeros(len(model), np.int64), np.ones(len(bad), np.int64),
+                        np.ones(len(grid_renders), np.int64)])  # fmt: skip
+    meta = {"kind": "artifact", "features": list(FEATURE_NAMES), "n": n, "seed": seed,
+            "calibrated_on": len(model)}  # fmt: skip
+    head = fit_classifier(x, y, epochs=epochs, seed=seed, meta=meta)
+    reward = ArtifactReward(head)
+    if path is not None:
+        reward.save(path)
+    return reward
 
 
 def train_artifact_reward(
