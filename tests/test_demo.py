@@ -90,6 +90,7 @@ STOPS = [
     ("pretrain", r"^train pretrain-64: 2/", 0.0, signal.SIGINT),
     ("sample", r"^sample: 3/", 0.0, signal.SIGINT),
     ("preference-stpo", r"^on-policy samples: 2/", 0.0, signal.SIGINT),
+    ("expander", r"^expander gdpo: ", 0.0, signal.SIGKILL),
 ]
 
 
@@ -226,6 +227,24 @@ def test_the_preference_stages_report_stpo_and_the_dpo_ablation(demo):
             assert f"<th>{kind.upper()}</th>" in section  # its row of samples
         else:
             assert f"{kind.upper()}: no preference pair" in section
+
+
+def test_the_expander_stage_reports_sft_gdpo_and_the_ablation(demo):
+    expander = json.loads((demo / "summary.json").read_text())["expander"]
+    assert {"raw", "sft", "gdpo", "gdpo-no-diversity"} <= set(expander)
+    assert expander["requests"] > 0 and expander["sft_examples"] > 0
+    for name in ("sft", "gdpo", "gdpo-no-diversity"):
+        m = expander[name]
+        assert 0.0 <= m["faithful"] <= 1.0 and 0.0 <= m["shapes_eval"] <= 1.0, name
+        assert m["diversity"] >= 0.0, name
+    assert set(expander["last_rewards"]) == {"gdpo", "gdpo-no-diversity"}
+    assert "diversity" in expander["last_rewards"]["gdpo-no-diversity"]  # logged, weighed 0
+    # Killed during GDPO (STOPS), then resumed to complete results and models.
+    for name in ("sft", "gdpo", "gdpo-no-diversity"):
+        assert list((demo / "expander" / name).glob("*.safetensors")), name
+    section = (demo / "report.html").read_text().split("<h2>Prompt expander</h2>")[1]
+    assert "raw short requests" in section and "GDPO without the diversity reward" in section
+    assert "GDPO reward: diversity" in section and "Expansions (greedy)" in section
 
 
 def test_rows_survive_the_kill(demo):

@@ -1,4 +1,5 @@
-"""A small OpenAI-compatible chat server on loopback, scripted per test."""
+"""A small OpenAI-compatible chat server on loopback, scripted per test; a perfect
+ShapesWorld text-to-image renderer."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI
+
+from krea2.curate import shapes
 
 Answer = Callable[[list[dict]], str]
 
@@ -50,3 +54,25 @@ def chat_server() -> Iterator[tuple[ChatServer, str]]:
     url = server.start()
     yield server, url
     server.stop()
+
+
+def scene_renderer(prompts: list[str]) -> np.ndarray:
+    """A perfect text-to-image model of ShapesWorld: draws exactly the shapes a prompt
+    places (unplaced ones in free cells), so image rewards depend on the text alone."""
+    images = []
+    for prompt in prompts:
+        reqs = shapes.parse_prompt(prompt)
+        placed = {(r.color, r.shape): r.cell for r in reqs if r.kind == "position"}
+        kinds = list(dict.fromkeys((r.color, r.shape) for r in reqs if r.kind == "object"))
+        free = [c for c in range(9) if c not in placed.values()]
+        objects = [
+            shapes.ShapeObject(s, c, placed.get((c, s), free.pop(0) if (c, s) not in placed else 0))
+            for c, s in kinds
+        ]
+        images.append(shapes.render(shapes.Scene(tuple(objects)), 64, 64))
+    return np.stack(images)
+
+
+@pytest.fixture
+def perfect_renderer() -> Callable[[list[str]], np.ndarray]:
+    return scene_renderer

@@ -7,7 +7,6 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from krea2.curate import shapes
 from krea2.expander.gdpo import GatedGRPOTrainer, GdpoConfig, run_gdpo
 from krea2.expander.rewards import (
     ExpanderRewards,
@@ -21,23 +20,6 @@ from krea2.expander.toy_model import ToyModelConfig, tiny_qwen3, train_tokenizer
 from krea2.rl.rewards import ShapesRubricReward
 
 
-def scene_renderer(prompts: list[str]) -> np.ndarray:
-    """A perfect text-to-image model of ShapesWorld: draws exactly the shapes a prompt
-    places (unplaced ones in free cells), so image rewards depend on the text alone."""
-    images = []
-    for prompt in prompts:
-        reqs = shapes.parse_prompt(prompt)
-        placed = {(r.color, r.shape): r.cell for r in reqs if r.kind == "position"}
-        kinds = list(dict.fromkeys((r.color, r.shape) for r in reqs if r.kind == "object"))
-        free = [c for c in range(9) if c not in placed.values()]
-        objects = [
-            shapes.ShapeObject(s, c, placed.get((c, s), free.pop(0) if (c, s) not in placed else 0))
-            for c, s in kinds
-        ]
-        images.append(shapes.render(shapes.Scene(tuple(objects)), 64, 64))
-    return np.stack(images)
-
-
 def chat(request: str) -> list[dict]:
     return [{"role": "system", "content": "s"}, {"role": "user", "content": request}]
 
@@ -46,8 +28,8 @@ def answer(text: str) -> list[dict]:
     return [{"role": "assistant", "content": f"<think>\nplan\n</think>\n\n{text}"}]
 
 
-def test_rewards_score_the_users_request_and_diversity_within_each_group():
-    rewards = ExpanderRewards(scene_renderer, {"rubric": ShapesRubricReward()}, num_generations=2)
+def test_rewards_score_the_users_request_and_diversity_within_each_group(perfect_renderer):
+    rewards = ExpanderRewards(perfect_renderer, {"rubric": ShapesRubricReward()}, num_generations=2)
     prompts = [
         chat("a red circle"),
         chat("a red circle"),
@@ -100,7 +82,7 @@ class RecordingTrainer(GatedGRPOTrainer):
         return out
 
 
-def test_a_gated_request_never_gets_a_positive_advantage(tmp_path, monkeypatch):
+def test_a_gated_request_never_gets_a_positive_advantage(tmp_path, monkeypatch, perfect_renderer):
     import krea2.expander.gdpo as gdpo
 
     requests = ["a red circle", "a blue square", "forbidden red circle", "a green triangle"]
@@ -110,7 +92,7 @@ def test_a_gated_request_never_gets_a_positive_advantage(tmp_path, monkeypatch):
         tok, ToyModelConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
     )
     rewards = ExpanderRewards(
-        scene_renderer, {"rubric": ShapesRubricReward()}, num_generations=4,
+        perfect_renderer, {"rubric": ShapesRubricReward()}, num_generations=4,
         gate=Gate(blocklist=("forbidden",)),
     )  # fmt: skip
     monkeypatch.setattr(gdpo, "GatedGRPOTrainer", RecordingTrainer)
@@ -124,8 +106,8 @@ def test_a_gated_request_never_gets_a_positive_advantage(tmp_path, monkeypatch):
     assert (tmp_path / "gdpo" / "config.json").exists()
 
 
-def test_bad_settings_are_refused():
+def test_bad_settings_are_refused(perfect_renderer):
     with pytest.raises(ValueError, match="num_generations >= 2"):
-        ExpanderRewards(scene_renderer, {}, num_generations=1)
+        ExpanderRewards(perfect_renderer, {}, num_generations=1)
     with pytest.raises(ValueError, match="num_generations must be >= 2"):
         GdpoConfig(num_generations=1)

@@ -18,6 +18,7 @@ from importlib import resources
 from importlib.resources import abc as resources_abc
 from pathlib import Path
 
+from krea2.expander import ExpanderStageSettings
 from krea2.infra import ConfigError, UserError, load_config
 from krea2.rl.grpo import RlStageSettings
 from krea2.rl.preference import PreferenceStageSettings
@@ -91,6 +92,8 @@ class DemoConfig:
     preference: PreferenceStageSettings = field(default_factory=PreferenceStageSettings)
     # Last: RL without CFG (DiffusionNFT or GRPO) on curated training-concept prompts.
     rl: RlStageSettings = field(default_factory=RlStageSettings)
+    # The prompt expander in front of the final DiT: SFT, then GDPO (± diversity reward).
+    expander: ExpanderStageSettings = field(default_factory=ExpanderStageSettings)
 
 
 def packaged_recipe(quick: bool) -> resources_abc.Traversable:

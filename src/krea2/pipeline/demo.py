@@ -61,11 +61,12 @@ def run_demo(
 def stage_names(cfg: DemoConfig) -> list[str]:
     """The demo's stages in the order they run (export stages follow the recipe's
     training resolutions)."""
-    from krea2.pipeline import preference, rl_stage, sft_merge
+    from krea2.pipeline import expander_stage, preference, rl_stage, sft_merge
 
     exports = [f"export-{s.resolution}" for s in cfg.train.stages]
     tuned = [preference.stage_name(kind) for kind in preference.OBJECTIVES]
     tuned.append(rl_stage.STAGE)  # RL without CFG follows the preference stages
+    tuned.append(expander_stage.STAGE)  # the prompt expander goes in front of the DiT last
     trained = ["pretrain", "sample", "score", sft_merge.STAGE]
     return ["shards", "pool", "curate", *exports, *trained, *tuned, "report"]
 
@@ -169,6 +170,13 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         rl_stage.WHAT,
         lambda: rl_stage.run_demo_stage(cfg, job, out / "rl", list(split.train), held_out),
     )
+    from krea2.pipeline import expander_stage
+
+    expanded = runner.run(
+        expander_stage.STAGE,
+        expander_stage.WHAT,
+        lambda: expander_stage.run_demo_stage(cfg, job, out / "expander", held_out),
+    )
     results = {
         "pool": pool,
         "curate": curated,
@@ -178,6 +186,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
         "preference": tuned,
         "rl": rl,
         "sft_merge": merged,
+        "expander": expanded,
     }
     timings = [(r.name, r.seconds) for r in runner.records]
     summary = runner.run(
@@ -190,6 +199,7 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     for kind, r in tuned.items():
         typer.echo(preference.summary_line(kind, r))
     typer.echo(rl_stage.summary_line(rl))
+    typer.echo(expander_stage.summary_line(expanded))
     if note := smoke_note(cfg):
         typer.secho(note, fg="yellow")
     return summary

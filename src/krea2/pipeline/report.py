@@ -205,6 +205,11 @@ def write_report(
         summary["rl"] = rl_stage.summary(rl)
         prompts = next(iter(evals.values()))["prompts"]
         sections.append(("RL without CFG", rl_stage.report_section(rl, prompts, upscale)))
+    if expanded := results.get("expander"):
+        from krea2.pipeline import expander_stage
+
+        summary["expander"] = expander_stage.summary(expanded)
+        sections.append(("Prompt expander", expander_stage.report_section(expanded, upscale)))
     timing = html.table(["stage", "seconds"], [[n, f"{s:.1f}"] for n, s in timings])
     sections.append(("Stage times", timing))
     intro = (

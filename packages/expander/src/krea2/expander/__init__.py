@@ -13,7 +13,9 @@ Built so far:
   distribution shaping;
 * faithfulness (`faithfulness`): verifiable on ShapesWorld, an LLM judge otherwise;
 * serving (`server`, `krea2 expander serve|expand`): an OpenAI-compatible chat API
-  (transformers; `--vllm` runs vLLM's server with the same API).
+  (transformers; `--vllm` runs vLLM's server with the same API);
+* the stage of a run (`stage`): SFT, GDPO with and without the diversity reward, each
+  measured in front of a trained DiT (faithfulness, ShapesEval on the request, diversity).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ _HOMES: dict[str, str | None] = {
     "Expander": "server",
     "create_app": "server",
     "cli": None,
+    "ExpanderStageSettings": "stage_settings",
+    "run_expander_stage": "stage",
+    "evaluate_expander": "stage",
+    "held_out_requests": "stage",
     "SftConfig": "sft",
     "run_sft": "sft",
     "generate": "sft",

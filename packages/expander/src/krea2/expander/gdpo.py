@@ -91,8 +91,12 @@ def run_gdpo(
     """Train ``model`` (the SFT expander) with GDPO on ``requests``; save it to ``out``.
     Returns ``{"history": trl's log history, "out": str}``."""
     import datasets
+    from transformers import PrinterCallback
     from trl import GRPOConfig
 
+    from krea2.expander.hf_progress import KreaProgress, quiet_hf
+
+    quiet_hf()
     cfg = config or GdpoConfig()
     if rewards.num_generations != cfg.num_generations:
         raise ValueError(
@@ -140,6 +144,8 @@ def run_gdpo(
         processing_class=tokenizer,
         expander_rewards=rewards,
     )
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(KreaProgress("expander gdpo"))
     trainer.train()
     out.mkdir(parents=True, exist_ok=True)
     trainer.model.save_pretrained(out)

@@ -58,9 +58,13 @@ def run_sft(examples: Sequence[dict], out: Path, config: SftConfig | None = None
     """Train on ``examples`` and save model + tokenizer to ``out`` (loadable by
     `load_model`). Returns ``{"losses": [(step, loss)...], "examples": n, "out": str}``."""
     import datasets
+    from transformers import PrinterCallback
     from trl import SFTConfig as TrlSftConfig
     from trl import SFTTrainer
 
+    from krea2.expander.hf_progress import KreaProgress, quiet_hf
+
+    quiet_hf()
     cfg = config or SftConfig()
     if not examples:
         raise ValueError("no SFT examples: nothing to train on")
@@ -89,6 +93,8 @@ def run_sft(examples: Sequence[dict], out: Path, config: SftConfig | None = None
         disable_tqdm=True,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(KreaProgress("expander sft"))
     trainer.train()
     out.mkdir(parents=True, exist_ok=True)
     trainer.model.save_pretrained(out)

@@ -31,7 +31,18 @@ from krea2.curate.shapes import (
     scene_requirements,
 )
 
-__all__ = ["PromptStyle", "UserPrompt", "UserPromptConfig", "scene_weight", "user_prompt"]
+__all__ = [
+    "TARGET_FORMATS",
+    "PromptStyle",
+    "UserPrompt",
+    "UserPromptConfig",
+    "scene_weight",
+    "user_prompt",
+]
+
+# Caption formats an expansion can take (`captions`' keys but the JSON spec, which is a
+# scene, not a prompt).
+TARGET_FORMATS = ("long", "medium", "short", "tags")
 
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -63,6 +74,9 @@ class UserPromptConfig:
     ``keep_word``: the rendered word is asked for.
     ``keep_background``: the background colour is mentioned (not a verified requirement).
     ``styles``: registers and their weights (terse tags, conversational, instruction).
+    ``target``: the caption format the expander learns to write (`captions`' keys): the
+    one the DiT reads best. The report's DiT reads long captions; the toy demo's word
+    conditioner reads 12 words, so its expander writes the ``medium`` format.
     """
 
     mention_kind: float = 0.7
@@ -74,8 +88,11 @@ class UserPromptConfig:
     styles: dict[str, float] = field(
         default_factory=lambda: {"terse": 0.3, "conversational": 0.4, "instruction": 0.3}
     )
+    target: str = "long"
 
     def __post_init__(self) -> None:
+        if self.target not in TARGET_FORMATS:
+            raise ValueError(f"target {self.target!r}: one of {', '.join(TARGET_FORMATS)}")
         for name in ("mention_kind", "keep_position", "keep_count", "keep_total", "keep_word"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -93,7 +110,8 @@ class UserPrompt:
     """A synthetic request, what it kept and dropped, its thinking trace and its target.
 
     ``kept``: requirements the request states (its own parse). ``dropped``: the scene's
-    requirements it does not state. ``target``: the long caption the expander should write.
+    requirements it does not state. ``target``: the caption the expander should write
+    (``UserPromptConfig.target``'s format).
     """
 
     text: str
@@ -162,7 +180,7 @@ def user_prompt(
         kept=kept,
         dropped=dropped,
         thinking=thinking_trace(text, kept, dropped, scene),
-        target=captions(scene)["long"],
+        target=captions(scene)[cfg.target],
     )
 
 
