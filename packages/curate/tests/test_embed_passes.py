@@ -225,3 +225,64 @@ def test_the_vlm_names_clusters_and_features_and_a_feature_can_be_dropped(wareho
     hit = [r for r in rows if r["embedding"] and r["sae_features"].split(",")[0] == first]
     assert hit and all(r["sae_reject"] == "sae_artifact" for r in hit)
     assert dropped["flagged"] >= len(hit)
+
+
+def test_name_clusters_from_the_cli_fills_the_review_queue_and_a_decision_clears_it(warehouse):
+    from krea2.curate.review import list_clusters
+    from krea2.curate.shapes.caption_server import start_caption_server
+
+    c, _ = warehouse
+    wh = curate.open_warehouse(c)
+    curate.run_stages(
+        wh, ["semantic"], curate.load_curate_config(overrides=["semantic.threshold=0.05"])
+    )
+    for r in list_clusters(wh, flagged_only=True):  # a clean queue: no earlier test's flags
+        _clear_review(wh, r["cluster"])
+    wh.close()
+    server, url = start_caption_server()
+    try:
+        named = _invoke("name-clusters", "--url", url, "--level", "1", "--per-group", "8",
+                        "--cluster", c)  # fmt: skip
+    finally:
+        server.shutdown()
+    wh = curate.open_warehouse(c)
+    top = [r for r in list_clusters(wh) if r["level"] == 1]
+    wh.close()
+    vlm_flagged = [r for r in top if (r["flag"] or "").startswith("vlm: ")]
+    assert f"level 1: {len(top)} of {len(top)} clusters named" in named
+    assert all(r["name"] for r in top)
+    # The toy VLM flags a group whose most common colour+shape is under half its images.
+    assert vlm_flagged and all(r["flag"] == "vlm: mixed content" for r in vlm_flagged)
+    pending = _invoke("clusters", "--pending", "--cluster", c)
+    assert pending.splitlines()[0] == f"{len(vlm_flagged)} pending clusters"
+    first = vlm_flagged[0]["cluster"]
+    assert any(line.split()[0] == first for line in pending.splitlines()[1:])
+    _invoke("review", first, "--decision", "keep", "--cluster", c)
+    after = _invoke("clusters", "--pending", "--cluster", c)
+    assert after.splitlines()[0] == f"{len(vlm_flagged) - 1} pending clusters"
+    assert all(line.split()[0] != first for line in after.splitlines()[1:])
+
+
+def _clear_review(wh, cluster: str) -> None:
+    """Clear a cluster's flag, name and decision (as a fresh semantic run leaves it)."""
+    with wh.funnel() as f:
+        f.patch("clusters", [{"cluster": cluster, "flag": "", "name": None, "decision": ""}])
+        f.flush()
+
+
+def test_nearest_by_image_embeds_the_query_as_the_embed_job_did(warehouse):
+    from pathlib import Path
+
+    c, _ = warehouse
+    base = Path(c).parent  # the fixture's directory: pool/, toy/, store/
+    wh = curate.open_warehouse(c)
+    try:
+        curate.run_stages(wh, ["vectors"], curate.load_curate_config())
+        rows = [r for r in curate.read_rows(wh, ["uri", "embedding"]) if r["embedding"]]
+    finally:
+        wh.close()
+    query = rows[0]["uri"].removeprefix("file://")
+    out = _invoke("nearest", "--image", query, "--embedder", f"toy:{base / 'toy'}", "--k", "1",
+                  "--cluster", c)  # fmt: skip
+    sim, key = out.splitlines()[1].split()[:2]
+    assert key == rows[0]["image_key"] and float(sim) > 0.999

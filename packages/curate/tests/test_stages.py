@@ -27,7 +27,8 @@ def test_claim_predicates_are_the_dag_edges():
     }
     passes = [s.name for s in curate.STAGES if s.kind is StageKind.PASS]
     assert passes == [
-        "dedup", "concepts", "caption_check", "semantic", "sae", "review", "coverage", "balance"
+        "dedup", "concepts", "caption_check", "semantic", "sae", "review", "coverage", "balance",
+        "vectors",
     ]  # fmt: skip
     for job in table.jobs:
         assert job.handler.startswith("krea2.curate.handlers:")

@@ -305,5 +305,7 @@ def pool(
 # Embedding-level commands (curate part 2) live in their own module; registered here.
 app.command("train-encoder")(cli_embed.train_encoder)
 app.command()(cli_embed.clusters)
+app.command("name-clusters")(cli_embed.name_clusters)
 app.command()(cli_embed.review)
 app.command("caption-server")(cli_embed.caption_server)
+app.command()(cli_embed.nearest)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from krea2.curate.cli_help import CLUSTER_HELP
+from krea2.curate.cli_help import CLUSTER_HELP, CONFIG_HELP, SET_HELP
 
 
 def train_encoder(
@@ -64,26 +64,69 @@ def train_encoder(
 
 def clusters(
     flagged: bool = typer.Option(False, help="Only clusters flagged for review."),
+    pending: bool = typer.Option(False, help="Only flagged clusters without a decision yet."),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
     """List the k-means clusters the semantic stage recorded: path (top level first), level,
-    size, name, flag and decision. Flags come from the semantic pass (oversized leaves) or
-    from `krea2 curate review --flag`.
+    size, name, flag and decision. Flags come from the semantic pass (oversized leaves), the
+    VLM namer (`krea2 curate name-clusters`) or `krea2 curate review --flag`.
 
-    Example: krea2 curate clusters --flagged
+    Example: krea2 curate clusters --pending
     """
     from krea2 import curate
     from krea2.curate.review import list_clusters
 
     wh = curate.open_warehouse(cluster)
     try:
-        rows = list_clusters(wh, flagged)
+        rows = list_clusters(wh, flagged or pending)
     finally:
         wh.close()
-    typer.echo(f"{len(rows)} {'flagged ' if flagged else ''}clusters")
+    if pending:
+        rows = [r for r in rows if not r["decision"]]
+    kind = "pending " if pending else "flagged " if flagged else ""
+    typer.echo(f"{len(rows)} {kind}clusters")
     for r in rows:
         extra = "  ".join(f"{k}: {r[k]}" for k in ("name", "flag", "decision", "note") if r[k])
         typer.echo(f"  {r['cluster']:<12} level {r['level']}  {r['size']:>7} rows  {extra}")
+
+
+def name_clusters(
+    url: str = typer.Option(..., help="Base URL of an OpenAI-compatible VLM server (vLLM)."),
+    model: str = typer.Option("default", help="Model name sent to the server."),
+    level: int = typer.Option(1, help="Hierarchy level to name (1 = top; the leaves are last)."),
+    per_group: int = typer.Option(4, help="Images nearest each centroid shown to the VLM."),
+    retries: int = typer.Option(3, help="Retries per request (refused, timeout, 429, 5xx)."),
+    timeout_s: float = typer.Option(60.0, help="Seconds per request."),
+    concurrency: int = typer.Option(4, help="Requests in flight."),
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+) -> None:
+    """Name every k-means cluster at LEVEL from the images nearest its centroid, through a
+    VLM behind an OpenAI-compatible API; names go into the review queue (the `clusters`
+    table) and the VLM's reason to look becomes the cluster's flag (`vlm: ...`) unless it is
+    flagged already. Then `krea2 curate clusters --pending` lists what awaits a decision and
+    `krea2 curate review PATH --decision keep|drop` records one. A cluster whose request
+    fails keeps no name (rerun to try again).
+
+    Example: krea2 curate name-clusters --url http://127.0.0.1:8000 --level 2
+    """
+    from krea2 import curate
+    from krea2.curate.naming import name_clusters as name_all
+    from krea2.curate.vlm import VlmClient
+
+    client = VlmClient(url, model, timeout_s=timeout_s, retries=retries, concurrency=concurrency)
+    wh = curate.open_warehouse(cluster)
+    try:
+        result = name_all(wh, client, level, per_group)
+    finally:
+        wh.close()
+        client.close()
+    typer.echo(
+        f"level {level}: {result['named']} of {result['clusters']} clusters named, "
+        f"{result['flagged']} flagged by the VLM, {result['failed']} failed"
+        + (" (rerun to retry them)" if result["failed"] else "")
+    )
+    if result["flagged"]:
+        typer.echo("review them: krea2 curate clusters --pending")
 
 
 def review(
@@ -140,3 +183,62 @@ def caption_server(
             time.sleep(max(0.0, min(3600.0, end - time.monotonic())) if end else 3600.0)
     finally:
         server.shutdown()
+
+
+def nearest(
+    key: str = typer.Argument(None, help="A row's image_key: find the rows nearest its vector."),
+    image: Path = typer.Option(None, help="Or an image file, embedded with --embedder."),
+    embedder: str = typer.Option(
+        None, help="KIND:PATH of the embedder the vectors stage stored (with --image)."
+    ),
+    k: int = typer.Option(10, help="How many rows to return."),
+    config: Path = typer.Option(None, help=CONFIG_HELP),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    cluster: str = typer.Option(None, help=CLUSTER_HELP),
+) -> None:
+    """Retrieval: the K rows whose embeddings are nearest by cosine, from pgvector (the
+    `vectors` stage copies the embed stage's vectors there, with an HNSW index by default;
+    `--set vectors.ef_search=200` searches wider). Prints similarity, key and URI.
+
+    Example: krea2 curate nearest pool/00000-clean-00015.jpg --k 5
+    """
+    from krea2 import curate
+    from krea2.curate.config import load_curate_config
+    from krea2.curate.vectors import nearest as query_nearest
+    from krea2.curate.vectors import stored_vector
+    from krea2.infra.errors import UserError
+
+    if (key is None) == (image is None):
+        raise UserError("give a row key or --image FILE (with --embedder KIND:PATH), not both")
+    cfg = load_curate_config(config, set_)
+    if image is not None:
+        if not embedder:
+            raise UserError("--image needs --embedder KIND:PATH (the one the vectors stage stored)")
+        query = _embed_file(image, embedder, cfg)
+    wh = curate.open_warehouse(cluster)
+    try:
+        if key is not None:
+            query = stored_vector(wh, key)
+        found = query_nearest(wh, query, k, cfg.vectors)
+    finally:
+        wh.close()
+    typer.echo(f"{len(found)} nearest of {key or image}")
+    for n in found:
+        typer.echo(f"  {n.similarity:.4f}  {n.image_key}  {n.uri or ''}")
+
+
+def _embed_file(path: Path, spec: str, cfg: object) -> object:
+    """``path``'s image embedded as the embed job does (the same decode, the same model)."""
+    from krea2.curate.decode import DecodeError, decode
+    from krea2.curate.embed.loaders import load_embedder
+    from krea2.curate.image_analysis import decode_limits
+    from krea2.curate.plugins import check_embedder
+    from krea2.infra.errors import UserError
+
+    check_embedder(spec, needed_by="nearest")
+    try:
+        pixels = decode(path.read_bytes(), decode_limits(cfg)).pixels
+    except (OSError, DecodeError) as exc:
+        raise UserError(f"--image {path}: cannot read it as an image ({exc})") from None
+    e = cfg.embed
+    return load_embedder(spec, e.device, e.dtype, 1).embed([pixels])[0]

@@ -119,10 +119,11 @@ class SemanticConfig:
 @dataclass(frozen=True)
 class SaeFilterConfig:
     """The SAE artifact filter (``krea2.curate.passes_embed.sae_pass``): a top-k SAE of
-    ``features`` × ``k`` trained ``steps`` × ``batch`` rows; a feature whose ``top_images``
-    most activating images (at least ``min_images`` active) carry one of
-    ``artifact_reasons`` (comma-separated reject reasons) in at least ``min_share`` of them
-    is an artifact feature."""
+    ``features`` × ``k`` trained ``steps`` × ``batch`` rows; a feature is an artifact feature
+    when the rows it dominates hold at least ``min_images`` rows with one of
+    ``artifact_reasons`` (comma-separated reject reasons), at least ``min_share`` of them,
+    and a binomial tail at the pool's base rate of at most ``max_p``. ``top_images``: the
+    most activating images a VLM names a feature from."""
 
     features: int = 128
     k: int = 4
@@ -130,11 +131,27 @@ class SaeFilterConfig:
     batch: int = 256
     top_images: int = 6
     min_images: int = 2
-    min_share: float = 0.5
+    min_share: float = 0.2
+    max_p: float = 1e-3
     artifact_reasons: str = "text_density,text_legibility"
     seed: int = 0
     drop_features: str = ""  # filter by feature: rows dominated by these ids (a,b) are dropped
     label_url: str = ""  # a VLM server that names each feature from its top images; "" = none
+
+
+@dataclass(frozen=True)
+class VectorConfig:
+    """pgvector copies of the embeddings (``krea2.curate.vectors``): the cosine index
+    (``hnsw``, ``ivfflat`` or ``none`` for exact search), its build parameters, the search
+    breadth of a query, and rows per write."""
+
+    index: str = "hnsw"
+    m: int = 16  # HNSW links per node
+    ef_construction: int = 64
+    lists: int = 0  # IVFFlat lists; 0 = rows / 1000 (at least 1)
+    ef_search: int = 64  # HNSW candidates per query (at least k)
+    probes: int = 4  # IVFFlat lists searched per query
+    batch: int = 2000
 
 
 @dataclass(frozen=True)
@@ -194,6 +211,7 @@ class CurateConfig:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     sae: SaeFilterConfig = field(default_factory=SaeFilterConfig)
     balance: BalanceConfig = field(default_factory=BalanceConfig)
+    vectors: VectorConfig = field(default_factory=VectorConfig)
     captions: CaptionConfig = field(default_factory=CaptionConfig)
     coverage: CoverageConfig = field(default_factory=CoverageConfig)
 

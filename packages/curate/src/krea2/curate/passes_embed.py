@@ -5,14 +5,18 @@ fixed order (ingest ``seq``, then key) and every random draw is seeded, so a rer
 run interrupted and resumed, writes the same verdicts.
 
 **SAE artifact filter** (``sae_pass``): a top-k SAE (``krea2.curate.embed.sae``) is trained
-on the embedded rows' vectors; each feature is labelled from its most activating images:
-when at least ``sae.min_share`` of them carry a reject reason listed in
+on the embedded rows' vectors and each row is given its dominant feature. A feature is an
+artifact feature when the rows it dominates are enriched in reject reasons listed in
 ``sae.artifact_reasons`` (the OCR stage's text rejects by default: what the cheap stages
-already know to be an artifact), the feature is an artifact feature, and every row whose
-dominant feature is one gets ``sae_reject = 'sae_artifact'``. So the filter carries what
-the cheap stages found on a few rows to every row the SAE puts with them, with no
-classifier per artifact. A VLM naming the features (``krea2.curate.vlm``) is the other way
-to label them.
+already know to be an artifact): at least ``sae.min_images`` of them carry one, they are at
+least ``sae.min_share`` of its rows, and so many would come from the pool's base rate with
+probability at most ``sae.max_p`` (binomial tail). Every row it dominates then gets
+``sae_reject = 'sae_artifact'``, so the filter carries what the cheap stages found on some
+rows to the rows the SAE puts with them, with no classifier per artifact. The test is
+against the base rate, not "half of the top images": the filter is worth running exactly
+when the cheap stages catch only some of an artifact's rows, and then a pure artifact
+feature's rows are mostly unlabelled. A VLM naming the features (``krea2.curate.vlm``) is
+the other way to label them.
 
 **Balanced sampling** (``balance_pass``): of the rows every earlier stage kept, a budget of
 ``balance.share`` of them is drawn evenly over the semantic pass's k-means hierarchy
@@ -48,7 +52,7 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
     write ``sae_features`` (dominant features, most active first, comma-separated) and
     ``sae_reject``. Returns the SAE's stats (FVU, L0, dead features) and the artifact
     features with the reasons that labelled them."""
-    from krea2.curate.embed.sae import SaeConfig, codes, tag, top_images, train_sae
+    from krea2.curate.embed.sae import SaeConfig, codes, tag, train_sae
     from krea2.curate.embed.store import read_vectors
 
     c = cfg.sae
@@ -63,16 +67,9 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
     z = codes(sae, x)
     reasons = [reason_before(r, "sae") for r in rows]
     wanted = {s.strip() for s in c.artifact_reasons.split(",") if s.strip()}
-    artifact: dict[int, str] = {}
-    for f in range(z.shape[1]):
-        top = top_images(z, f, c.top_images)
-        if len(top) < c.min_images:
-            continue  # too few images to say what the feature is
-        hits = [reasons[i] for i in top if reasons[i] in wanted]
-        if len(hits) >= c.min_share * len(top):
-            artifact[f] = max(set(hits), key=hits.count)
-    dropped = set(artifact) | {int(f) for f in c.drop_features.split(",") if f.strip()}
     dominant = tag(z, top=3)
+    artifact = artifact_features([d[0] if d else -1 for d in dominant], reasons, wanted, c)
+    dropped = set(artifact) | {int(f) for f in c.drop_features.split(",") if f.strip()}
     patch = [
         {
             "image_key": k,
@@ -92,6 +89,29 @@ def sae_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, Any]:
         **({"feature_names": names} if names else {}),
         **{k: round(float(v), 4) for k, v in stats.items() if k in SAE_STATS},
     }
+
+
+def artifact_features(
+    dominant: list[int], reasons: list[str | None], wanted: set[str], c: Any
+) -> dict[int, str]:
+    """``{feature: its most common reason}`` for the features whose dominated rows are
+    enriched in ``wanted`` reasons (``dominant[i]``: row i's dominant feature, -1 = none):
+    at least ``c.min_images`` such rows, at least ``c.min_share`` of the feature's rows,
+    and a binomial tail at the pool's base rate of at most ``c.max_p``."""
+    from scipy.stats import binom
+
+    hit = np.asarray([r in wanted for r in reasons], bool)
+    dom = np.asarray(dominant, np.int64)
+    base = float(hit.mean()) if len(hit) else 0.0
+    out: dict[int, str] = {}
+    for f in np.unique(dom[dom >= 0]):
+        mine = dom == f
+        n, k = int(mine.sum()), int((mine & hit).sum())
+        if k < c.min_images or k < c.min_share * n or binom.sf(k - 1, n, base) > c.max_p:
+            continue
+        labels = [reasons[i] for i in np.flatnonzero(mine & hit)]
+        out[int(f)] = max(sorted(set(labels)), key=labels.count)
+    return out
 
 
 def _feature_names(rows: list[dict], z: np.ndarray, c: Any) -> dict[str, str]:

@@ -17,6 +17,7 @@ and the in-memory verdict are all derived from ``STAGES``:
             → coverage (pass: captioned rows; concepts found by full-text search, weights)
             → balance  (pass: clustered rows; balanced sampling over the hierarchy)
         → classify (job: embedded rows; distilled heads score the stored vectors)
+        → vectors  (pass: embedded rows; copies into pgvector for retrieval)
 
 A job is a krablet job (claimed row by row, parallel, resumable); a pass is an idempotent
 recomputation over the warehouse, safe to rerun after a crash. ``captions`` claims the same
@@ -304,6 +305,13 @@ STAGES: tuple[Stage, ...] = (
         run="krea2.curate.passes_embed:balance_pass",
         when=(("cluster", "is not", None),),
         reject=Reject("sample_keep", when_false="unsampled"),
+    ),
+    Stage(
+        "vectors",
+        StageKind.PASS,
+        {"vector_model": "text"},  # the embed_model whose vector image_vectors holds
+        run="krea2.curate.vectors:vectors_pass",
+        when=(("embedding", "is not", None),),
     ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
