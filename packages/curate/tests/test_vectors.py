@@ -168,3 +168,14 @@ def test_nearest_from_the_cli_by_row_key(cluster_file, tmp_path):
     missing = runner.invoke(app, ["nearest", "pool/none", "--cluster", c])
     assert isinstance(missing.exception, UserError)  # the krea2 host prints it as one line
     assert "no stored vector for row 'pool/none'" in str(missing.exception)
+
+
+def test_a_k_past_hnsw_search_bound_returns_every_row_instead_of_an_error(cluster_file, tmp_path):
+    wh = curate.open_warehouse(str(cluster_file))
+    try:
+        keys, x = _embedded(wh, tmp_path / "store", n=50, d=16)
+        curate.run_stages(wh, ["vectors"], curate.load_curate_config())
+        got = nearest(wh, x[0], 1500)  # hnsw.ef_search is capped at pgvector's 1,000
+    finally:
+        wh.close()
+    assert sorted(n.image_key for n in got) == sorted(keys)

@@ -31,6 +31,7 @@ import numpy as np
 TABLE = "image_vectors"
 INDEXES = ("hnsw", "ivfflat", "none")
 MAX_INDEXED_DIM = 2000  # pgvector 0.6's limit for HNSW and IVFFlat
+MAX_EF_SEARCH = 1000  # pgvector's bound on hnsw.ef_search (an HNSW scan returns at most that)
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,8 @@ def nearest(
     """The ``k`` rows whose stored vectors are nearest ``query`` (d,) by cosine, best first,
     over every shard (``model``: only vectors of that embedder). ``cfg`` (a
     ``VectorConfig``) sets the search breadth: ``ef_search`` for HNSW, ``probes`` for
-    IVFFlat (at least ``k``)."""
+    IVFFlat (``ef_search`` at least ``k``, at most 1,000: an HNSW scan returns at most
+    ``ef_search`` rows per shard, so ask ``index = "none"`` for more)."""
     from krea2.curate.config import VectorConfig
     from krea2.infra.errors import UserError
 
@@ -221,7 +223,8 @@ def nearest(
                     f"{dim}; embed the query with the embedder the vectors stage stored"
                 )
             with conn.transaction():
-                conn.execute(f"SET LOCAL hnsw.ef_search = {max(cfg.ef_search, k)}")
+                ef = min(MAX_EF_SEARCH, max(cfg.ef_search, k))
+                conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
                 conn.execute(f"SET LOCAL ivfflat.probes = {max(1, cfg.probes)}")
                 found += [
                     Neighbour(key, uri, float(s)) for key, uri, s in conn.execute(sql, params)
