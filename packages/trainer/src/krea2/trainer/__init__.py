@@ -57,6 +57,7 @@ _MODULE_OF = {
     "load_stage_module": "inference",
     "sample_stage": "inference",
     "sample_run": "inference",
+    "expand_prompts": "expand_client",
     "sample_module": "inference",
     "stage_root": "inference",
     "conditioning_record": "inference",

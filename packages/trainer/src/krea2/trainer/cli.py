@@ -222,10 +222,18 @@ def sample(
     seeds: str = typer.Option("0", "--seeds", help="comma-separated seeds, one column each"),
     steps: int = typer.Option(20, "--steps", help="Euler sampling steps"),
     cfg: float = typer.Option(2.0, "--cfg", help="classifier-free guidance scale (0: off)"),
+    expander: str = typer.Option(
+        None,
+        "--expander",
+        help="OpenAI-compatible chat URL of a prompt expander (krea2 expander serve, vLLM), "
+        "e.g. http://127.0.0.1:7450/v1: each prompt is expanded before sampling",
+    ),
 ) -> None:
     """Sample a run's checkpoint with the run's own text conditioning, prediction type and
     time shift (what krea2 dit sample cannot rebuild, e.g. the toy's word table); writes
-    OUT/grid.png with the prompts under each row, and one PNG per image.
+    OUT/grid.png with the prompts under each row, and one PNG per image. With
+    ``--expander`` the rows are the expansions, and OUT/expansions.json maps each prompt
+    to its expansion.
 
     Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "blob 3 in cell 4"
     --seeds 0,1 --steps 20 --out samples/
@@ -240,5 +248,19 @@ def sample(
     if step != "latest" and not step.isdigit():
         raise UserError(f"--step {step!r} must be a checkpoint step number or 'latest'")
     at = None if step == "latest" else int(step)
+    if expander:
+        import json
+
+        from krea2.trainer.expand_client import expand_prompts
+        from krea2.trainer.inference import load_run
+
+        load_run(run_dir)  # a wrong run folder fails before any expansion is asked for
+        expanded = expand_prompts(expander, prompt)
+        out.mkdir(parents=True, exist_ok=True)
+        pairs = [{"prompt": p, "expansion": e} for p, e in zip(prompt, expanded, strict=True)]
+        (out / "expansions.json").write_text(json.dumps(pairs, indent=1))
+        for p, e in zip(prompt, expanded, strict=True):
+            typer.echo(f"{p!r} -> {e!r}")
+        prompt = expanded
     grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg)
     typer.echo(f"wrote {len(prompt) * len(seed_list)} images and {grid}")

@@ -1,0 +1,71 @@
+"""`krea2 train sample --expander URL`: prompts go through a served expander first."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from krea2.expander.server import Expander, create_app
+from krea2.expander.toy_model import SPECIAL_TOKENS, ToyModelConfig, tiny_qwen3, train_tokenizer
+from krea2.infra.errors import UserError
+from krea2.infra.host import run_cli
+from krea2.trainer import expand_prompts
+
+
+@pytest.fixture(scope="module")
+def served():
+    """An untrained toy expander that always writes 8 visible tokens (special and blank
+    tokens suppressed: no end of turn, no think block, so the whole answer is the
+    expansion)."""
+    tok = train_tokenizer(["a red circle in the top left", "<think>", "</think>"], 300)
+    size = ToyModelConfig(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
+    model = tiny_qwen3(tok, size)
+    blank = [i for i in range(len(tok)) if not tok.decode([i]).strip()]
+    model.generation_config.suppress_tokens = [
+        *tok.convert_tokens_to_ids(list(SPECIAL_TOKENS)), *blank,
+    ]  # fmt: skip
+    app = create_app(Expander(model, tok, max_new_tokens=8), "toy")
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}/v1"
+    srv.should_exit = True
+    thread.join(10)
+
+
+def test_prompts_come_back_as_the_servers_expansions(served):
+    got = expand_prompts(served, ["a red circle", "a blue square"], max_tokens=8)
+    want = [
+        httpx.post(f"{served}/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": p}], "max_tokens": 8,
+        }).json()["choices"][0]["message"]["content"]
+        for p in ("a red circle", "a blue square")
+    ]  # fmt: skip
+    assert got == [w.strip() for w in want] and all(got)
+
+
+def test_a_dead_or_refusing_expander_is_a_clear_error(served):
+    with pytest.raises(UserError, match="not reachable"):
+        expand_prompts("http://127.0.0.1:9/v1", ["a red circle"], timeout_s=5)
+    with pytest.raises(UserError, match="answered 404: model 'gpt' is not served here"):
+        expand_prompts(served, ["a red circle"], model="gpt")
+    with pytest.raises(UserError, match="answered 400"):
+        expand_prompts(served, ["   "])
+
+
+def test_the_sampler_checks_its_run_before_asking_the_expander(tmp_path, capsys):
+    from krea2.trainer.cli import app
+
+    code = run_cli(
+        app,
+        ["sample", str(tmp_path / "nope"), "-p", "a red circle", "--out",
+         str(tmp_path / "o"), "--expander", "http://127.0.0.1:9/v1"],
+    )  # fmt: skip
+    assert code == 2
+    assert "has no config.toml" in capsys.readouterr().err
