@@ -17,17 +17,22 @@ def _scenes(n: int, seed: int = 0) -> list[shapes.Scene]:
     return [shapes.sample_scene(rng, max_objects=4, word_prob=0.4) for _ in range(n)]
 
 
-def test_a_request_states_exactly_what_it_kept_and_the_long_caption_is_faithful_to_it():
+@pytest.mark.parametrize("target", ["long", "medium"])
+def test_a_request_states_exactly_what_it_kept_and_its_target_is_faithful_to_it(target):
     rng = np.random.default_rng(1)
+    config = UserPromptConfig(target=target)
     for scene in _scenes(400):
-        p = user_prompt(scene, rng)
+        p = user_prompt(scene, rng, config)
         everything = set(shapes.scene_requirements(scene))
         assert p.kept, p.text
         assert tuple(shapes.parse_prompt(p.text)) == p.kept
         assert set(p.kept) <= everything, p.text
         assert not set(p.kept) & set(p.dropped)
         assert set(p.kept) | set(p.dropped) >= {r for r in everything if r.kind != "count"}
-        assert p.target == shapes.captions(scene)["long"]
+        caption = shapes.captions(scene)[target]
+        # The caption itself, or (where it only implies a count the request states) the
+        # caption after that count in the request's words.
+        assert p.target == caption or p.target.endswith(". " + caption), (p.target, caption)
         assert check_faithfulness(p.text, p.target).faithful, (p.text, p.target)
 
 

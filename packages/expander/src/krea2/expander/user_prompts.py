@@ -40,9 +40,9 @@ __all__ = [
     "user_prompt",
 ]
 
-# Caption formats an expansion can take (`captions`' keys but the JSON spec, which is a
-# scene, not a prompt).
-TARGET_FORMATS = ("long", "medium", "short", "tags")
+# Caption formats an expansion can take: the detailed ones (the short and tag formats name
+# no positions, so they could not keep a request's "in the top left").
+TARGET_FORMATS = ("long", "medium")
 
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -180,8 +180,27 @@ def user_prompt(
         kept=kept,
         dropped=dropped,
         thinking=thinking_trace(text, kept, dropped, scene),
-        target=captions(scene)[cfg.target],
+        target=stated_target(captions(scene)[cfg.target], kept),
     )
+
+
+def stated_target(caption: str, kept: tuple[Requirement, ...]) -> str:
+    """``caption`` made faithful to the request: a count or total the request states and
+    the caption only implies (the medium caption lists two red circles one by one, and
+    never says "one shape") goes first in the request's words ("Two red circles. A red
+    circle ..."), so SFT never teaches the expander to drop what the user asked for."""
+    said = set(parse_prompt(caption))
+    missing = [r for r in kept if r.kind in ("total", "count") and r not in said]
+    if not missing:
+        return caption
+    phrases = [
+        f"{NUMBER_WORDS[r.count or 0]} shape{'s' if r.count != 1 else ''}"
+        if r.kind == "total"
+        else f"{NUMBER_WORDS[r.count or 0]} {r.color} {r.shape}{'s' if r.count != 1 else ''}"
+        for r in sorted(missing, key=lambda r: r.kind != "total")
+    ]
+    head = ", ".join(phrases)
+    return f"{head[0].upper()}{head[1:]}. {caption}"
 
 
 def _implied(r: Requirement, kept: tuple[Requirement, ...]) -> bool:
