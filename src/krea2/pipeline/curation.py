@@ -324,7 +324,8 @@ def embedding_section(curate: dict) -> str:
         f"the one-object re-renders and later takes, which it dropped apart: {apart}.",
         f"SAE: FVU {s.get('fvu', float('nan')):.3f}, L0 {s.get('l0', float('nan')):.1f}, "
         f"dead features {s.get('dead_features', '?')}; artifact features "
-        f"{s.get('artifact_features') or 'none'} (labelled from their top images' reasons).",
+        f"{s.get('artifact_features') or 'none'} (labelled by the enrichment of the rows "
+        "they dominate in reject reasons).",
         f"Balanced sampling over the k-means hierarchy kept {bal['kept_after']} of "
         f"{bal['kept_before']} rows; over-represented concept share "
         f"{bal['overrepresented_share_before']:.3f} → {bal['overrepresented_share_after']:.3f}.",
