@@ -111,3 +111,5 @@ def test_bad_settings_are_refused(perfect_renderer):
         ExpanderRewards(perfect_renderer, {}, num_generations=1)
     with pytest.raises(ValueError, match="num_generations must be >= 2"):
         GdpoConfig(num_generations=1)
+    with pytest.raises(ValueError, match="vllm_mode 'remote'"):
+        GdpoConfig(use_vllm=True, vllm_mode="remote")

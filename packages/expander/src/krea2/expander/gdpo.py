@@ -59,7 +59,10 @@ class GatedGRPOTrainer(GRPOTrainer):
 class GdpoConfig:
     """GDPO run settings. ``weights``: reward name -> weight (names from
     `ExpanderRewards.names`; a missing name weighs 1). ``num_generations``: G per request;
-    ``beta``: KL to the SFT model (0 = none); ``temperature`` for rollouts."""
+    ``beta``: KL to the SFT model (0 = none); ``temperature`` for rollouts. ``use_vllm``
+    generates the rollouts with vLLM (the ``[vllm]`` extra): ``vllm_mode = "colocate"``
+    runs it inside the training processes, ``"server"`` asks a ``trl vllm-serve`` server
+    (``vllm_server_url``)."""
 
     steps: int = 100
     prompts_per_step: int = 4
@@ -71,6 +74,8 @@ class GdpoConfig:
     weights: dict[str, float] = field(default_factory=dict)
     seed: int = 0
     use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_server_url: str = "http://127.0.0.1:8000"
     log_every: int = 5
 
     def __post_init__(self) -> None:
@@ -78,6 +83,8 @@ class GdpoConfig:
             raise ValueError("num_generations must be >= 2: advantages compare a group")
         if self.steps < 1 or self.prompts_per_step < 1 or self.lr <= 0:
             raise ValueError(f"{self}: steps and prompts_per_step >= 1, lr > 0")
+        if self.vllm_mode not in ("colocate", "server"):
+            raise ValueError(f"vllm_mode {self.vllm_mode!r}: 'colocate' or 'server'")
 
 
 def run_gdpo(
@@ -133,6 +140,8 @@ def run_gdpo(
         report_to=[],
         seed=cfg.seed,
         use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
+        vllm_server_base_url=cfg.vllm_server_url if cfg.vllm_mode == "server" else None,
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
     )
