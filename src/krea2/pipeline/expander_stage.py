@@ -21,6 +21,7 @@ HEADERS = ["prompts to the DiT", "faithful expansions", "ShapesEval on the reque
            "all correct", "intra-group diversity", "distinct expansions"]  # fmt: skip
 LABELS = {"sft": "expander after SFT", "gdpo": "expander after GDPO",
           "gdpo-no-diversity": "GDPO without the diversity reward"}  # fmt: skip
+CURVE_LABELS = {"gdpo": "GDPO", "gdpo-no-diversity": "GDPO, no diversity"}  # legend-sized
 
 
 def run_demo_stage(cfg: DemoConfig, job: JobConfig, work: Path, held_out: list[Concept]) -> dict:
@@ -104,7 +105,7 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
     )
     for reward in ("diversity", "rubric", "faithfulness"):
         series = {
-            f"{LABELS.get(run, run)}": [
+            CURVE_LABELS.get(run, run): [
                 (x, y) for x, y in zip(c["step"], c.get(reward, []), strict=False) if y is not None
             ]
             for run, c in result["curves"].items()
