@@ -113,3 +113,15 @@ def test_bad_settings_are_refused(perfect_renderer):
         GdpoConfig(num_generations=1)
     with pytest.raises(ValueError, match="vllm_mode 'remote'"):
         GdpoConfig(use_vllm=True, vllm_mode="remote")
+
+
+def test_rewards_see_the_expansion_apart_from_the_trace_as_trl_decodes_it():
+    # trl decodes completions with skip_special_tokens=True: the think markers must survive
+    # it (as in Qwen3), or faithfulness would read the trace that restates the request and
+    # the DiT would render the trace.
+    tok = train_tokenizer(["a red circle", "<think>\nplan\n</think>\n\nA red circle."], 300)
+    ids = tok(answer("A red circle in the top left.")[0]["content"] + tok.eos_token)["input_ids"]
+    decoded = tok.decode(ids, skip_special_tokens=True)
+    assert completion_text([{"role": "assistant", "content": decoded}]) == (
+        "A red circle in the top left."
+    )

@@ -69,8 +69,8 @@ def test_held_out_requests_are_one_fixed_draw():
     a = held_out_requests(held_out, 2, 7, "medium")
     b = held_out_requests(held_out, 2, 7, "medium")
     assert [r.text for r in a] == [r.text for r in b] and len(a) == 8
-    targets = [shapes.captions(s)["medium"] for s in held_out]
-    assert [r.target for r in a[::2]] == targets
+    captions = [shapes.captions(s)["medium"] for s in held_out]
+    assert all(r.target.endswith(c) for r, c in zip(a[::2], captions, strict=True))
 
 
 def test_bad_settings_are_refused(tmp_path):
