@@ -34,8 +34,9 @@ table, write_results = _report.table, _report.write_results
 
 
 # The proof's budget on top of the full recipe's [expander] (which is sized for the demo's
-# time limit): twice the held-out requests, a longer SFT and GDPO.
-PROOF = {"requests_per_concept": 2, "sft_steps": 1000, "gdpo_steps": 80}
+# time limit): twice the held-out requests, a wider toy Qwen3 (192), longer SFT and GDPO.
+PROOF = {"requests_per_concept": 2, "sft_steps": 1500, "gdpo_steps": 80, "toy.hidden": 192,
+         "toy.intermediate": 576}  # fmt: skip
 
 
 def main() -> None:

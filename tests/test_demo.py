@@ -239,6 +239,7 @@ def test_the_expander_stage_reports_sft_gdpo_and_the_ablation(demo):
         assert m["diversity"] >= 0.0, name
     assert set(expander["last_rewards"]) == {"gdpo", "gdpo-no-diversity"}
     assert "diversity" in expander["last_rewards"]["gdpo-no-diversity"]  # logged, weighed 0
+    assert "artifact" in expander["last_rewards"]["gdpo"]  # the recipe's artifact_weight
     # Killed during GDPO (STOPS), then resumed to complete results and models.
     for name in ("sft", "gdpo", "gdpo-no-diversity"):
         assert list((demo / "expander" / name).glob("*.safetensors")), name

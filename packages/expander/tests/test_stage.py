@@ -4,6 +4,7 @@ SFT, GDPO with and without the diversity reward, the measures, and resuming."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -62,6 +63,20 @@ def test_stage_measures_sft_and_both_gdpo_runs_then_resumes(tmp_path, perfect_re
     again = expander_pipeline(tmp_path, scenes(0, 24), held_out, TINY, sample, lambda: None)
     assert sft_weights.stat().st_mtime_ns == before  # nothing retrained
     assert again["models"]["gdpo"]["expansions"] == result["models"]["gdpo"]["expansions"]
+
+
+def test_gdpo_weighs_every_image_reward_it_is_given(tmp_path, perfect_renderer):
+    from krea2.rl.rewards import ShapesRubricReward, train_artifact_reward
+
+    artifact = train_artifact_reward(n=40, seed=0, epochs=20)
+    settings = replace(TINY, ablate_diversity=False, artifact_weight=0.5)
+    result = expander_pipeline(
+        tmp_path, scenes(0, 24), scenes(1, 2), settings,
+        lambda p, s: np.stack([perfect_renderer(p)] * len(s), axis=1), lambda: perfect_renderer,
+        lambda: {"rubric": ShapesRubricReward(ocr=False), "artifact": artifact},
+    )  # fmt: skip
+    assert set(result["models"]) == {"sft", "gdpo"}
+    assert result["curves"]["gdpo"]["artifact"], result["curves"]["gdpo"]  # logged by trl
 
 
 def test_held_out_requests_are_one_fixed_draw():

@@ -103,7 +103,7 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
         f"({s['target']} captions as answers); GDPO {s['gdpo_steps']} steps of "
         f"{s['gdpo_prompts']} requests × {s['group']} expansions.</p>"
     )
-    for reward in ("diversity", "rubric", "faithfulness"):
+    for reward in ("diversity", "rubric", "faithfulness", "artifact"):
         series = {
             CURVE_LABELS.get(run, run): [
                 (x, y) for x, y in zip(c["step"], c.get(reward, []), strict=False) if y is not None

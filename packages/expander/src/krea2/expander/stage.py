@@ -163,7 +163,22 @@ def run_expander_stage(
     def renderer() -> Renderer:
         return StageRenderer(job, stage_index, s.render_steps, s.render_cfg, s.seed)
 
-    return expander_pipeline(work, train_scenes, held_out_scenes, s, sample, renderer)
+    def image_rewards() -> dict[str, Any]:
+        """The rubric, and (``artifact_weight`` > 0) the artifact reward with its head
+        calibrated on the DiT's renders of training requests (saved under ``work``)."""
+        rewards: dict[str, Any] = {"rubric": _rubric()}
+        if s.artifact_weight > 0:
+            from krea2.rl.grpo import shapes_rewards
+
+            scenes = list(train_scenes)[:64]
+            prompts = [r.text for r in held_out_requests(scenes, 1, s.seed, s.target)]
+            calibrate = lambda: renderer()(prompts)  # noqa: E731
+            rewards["artifact"] = shapes_rewards(work / "rewards", calibrate)["artifact"]
+        return rewards
+
+    return expander_pipeline(
+        work, train_scenes, held_out_scenes, s, sample, renderer, image_rewards
+    )
 
 
 def expander_pipeline(
@@ -173,9 +188,12 @@ def expander_pipeline(
     settings: ExpanderStageSettings,
     sample: Sampler,
     renderer: Callable[[], Renderer],
+    image_rewards: Callable[[], dict[str, Any]] | None = None,
 ) -> dict:
     """SFT an expander on ``train_scenes``' requests, GDPO it with rollouts drawn by
-    ``renderer()`` (with and, if asked, without the diversity reward), and measure each
+    ``renderer()`` and scored by ``image_rewards()`` (name -> `krea2.rl.rewards` reward;
+    the rubric alone by default) (with and, if asked, without the diversity reward), and
+    measure each
     expander and the raw requests on ``held_out_scenes`` with ``sample``. Each step's
     output is saved under ``work`` after it finishes and is not redone."""
     s = settings
@@ -224,11 +242,15 @@ def expander_pipeline(
         folder = work / name
         if not (work / f"{name}.json").is_file():
             model, tok = load_model(sft_dir)
-            rewards = ExpanderRewards(renderer(), {"rubric": _rubric()}, s.group)
+            scored = image_rewards() if image_rewards else {"rubric": _rubric()}
+            rewards = ExpanderRewards(renderer(), scored, s.group)
+            weights = {"diversity": weight}
+            if "artifact" in scored:
+                weights["artifact"] = s.artifact_weight
             cfg = GdpoConfig(steps=s.gdpo_steps, prompts_per_step=s.gdpo_prompts,
                              num_generations=s.group, lr=s.gdpo_lr, temperature=s.temperature,
                              max_completion_length=s.max_new_tokens,
-                             weights={"diversity": weight}, seed=s.seed, log_every=1)  # fmt: skip
+                             weights=weights, seed=s.seed, log_every=1)  # fmt: skip
             result = run_gdpo(model, tok, train_requests, rewards, folder, cfg)
             (work / f"{name}.json").write_text(json.dumps(_curves(result["history"])))
         curves[name] = json.loads((work / f"{name}.json").read_text())

@@ -19,7 +19,9 @@ class ExpanderStageSettings:
     draw), answers in the ``target`` caption format, a toy Qwen3 sized by ``toy``.
     GDPO: ``gdpo_steps`` steps of ``gdpo_prompts`` requests × ``group`` expansions, each
     rendered by the DiT with ``render_steps`` Euler steps and ``render_cfg``; reward weights
-    faithfulness 1, rubric 1, diversity ``diversity_weight``. ``ablate_diversity`` also trains
+    faithfulness 1, rubric 1, diversity ``diversity_weight`` and, when ``artifact_weight`` > 0,
+    the artifact reward (its head calibrated on the DiT's own renders, `krea2.rl.grpo.
+    shapes_rewards`) with that weight. ``ablate_diversity`` also trains
     a second GDPO run with the diversity weight at 0 (its reward is still logged).
     Evaluation: ``requests_per_concept`` requests per held-out scene, sampled as ShapesEval
     (``eval_steps``, ``eval_cfg``, ``eval_seeds``, filled in by the demo from ``[eval]``).
@@ -38,6 +40,7 @@ class ExpanderStageSettings:
     gdpo_lr: float = 1e-4
     temperature: float = 1.0
     diversity_weight: float = 1.0
+    artifact_weight: float = 0.0
     ablate_diversity: bool = True
     render_steps: int = 8
     render_cfg: float = 3.0
