@@ -34,9 +34,11 @@ table, write_results = _report.table, _report.write_results
 
 
 # The proof's budget on top of the full recipe's [expander] (which is sized for the demo's
-# time limit): twice the held-out requests, a wider toy Qwen3 (192), longer SFT and GDPO.
+# time limit): twice the held-out requests, a wider toy Qwen3 (192), longer SFT and GDPO;
+# GDPO's image reward is the rubric alone (the measured proof ran before the artifact
+# reward joined the demo's stage; --set artifact_weight=0.5 adds it).
 PROOF = {"requests_per_concept": 2, "sft_steps": 1500, "gdpo_steps": 80, "toy.hidden": 192,
-         "toy.intermediate": 576}  # fmt: skip
+         "toy.intermediate": 576, "artifact_weight": 0.0}  # fmt: skip
 
 
 def main() -> None:
