@@ -49,14 +49,13 @@ def main() -> None:
     args = p.parse_args()
 
     from krea2.pipeline import evaluation, expander_stage
-    from krea2.pipeline.config import load_demo_config, training_job
+    from krea2.pipeline.config import demo_training_job, load_demo_config
 
     settings = [f"{k}={v}" for k, v in PROOF.items()] + args.overrides
     cfg = load_demo_config(False, overrides=[f"expander.{o}" for o in settings])
-    demo = args.demo
-    dirs = [demo / "shards" / s.name for s in cfg.train.stages]
-    job = training_job(cfg, demo / "run", dirs, [])
-    if not (demo / "run" / "checkpoints" / f"{job.stages[-1].name}.done").exists():
+    job, finished = demo_training_job(cfg, args.demo)
+    if not finished:
+        demo = args.demo
         raise SystemExit(f"{demo} has no finished pretraining; run krea2 demo --out {demo}")
     _, held_out = evaluation.demo_concepts(cfg)
     t0 = time.perf_counter()

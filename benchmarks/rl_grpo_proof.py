@@ -57,11 +57,11 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def demo_job(demo: Path):
-    from krea2.pipeline.config import load_demo_config, training_job
+    from krea2.pipeline.config import demo_training_job, load_demo_config
 
     cfg = load_demo_config(False)
-    job = training_job(cfg, demo / "run", [demo / "shards" / s.name for s in cfg.train.stages], [])
-    if not (demo / "run" / "checkpoints" / f"{job.stages[-1].name}.done").exists():
+    job, finished = demo_training_job(cfg, demo)
+    if not finished:
         raise SystemExit(f"{demo} has no finished pretraining; run krea2 demo --out {demo}")
     return cfg, job
 

@@ -43,13 +43,11 @@ from krea2.pipeline import evaluation, preference  # noqa: E402
 
 def demo_job(demo: Path, quick: bool):
     """The demo's pretraining job in ``demo`` (run there first when not finished)."""
-    from krea2.pipeline.config import load_demo_config, training_job
+    from krea2.pipeline.config import demo_training_job, load_demo_config
 
     cfg = load_demo_config(quick)
-    dirs = [demo / "shards" / s.name for s in cfg.train.stages]
-    job = training_job(cfg, demo / "run", dirs, [])
-    last = job.stages[-1].name
-    if not (demo / "run" / "checkpoints" / f"{last}.done").exists():
+    job, finished = demo_training_job(cfg, demo)
+    if not finished:
         from krea2.pipeline.demo import run_demo
 
         run_demo(demo, quick)

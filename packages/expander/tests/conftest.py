@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import numpy as np
 import pytest
@@ -17,43 +18,47 @@ from krea2.curate import shapes
 Answer = Callable[[list[dict]], str]
 
 
+@contextmanager
+def on_loopback(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread on a free loopback port; yields its URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def serve() -> Callable[[FastAPI], AbstractContextManager[str]]:
+    """`on_loopback`, for tests that serve an app of their own."""
+    return on_loopback
+
+
 class ChatServer:
     """Serves ``/v1/chat/completions``; ``answer(messages)`` gives each reply's text."""
 
     def __init__(self) -> None:
         self.answer: Answer = lambda messages: ""
         self.calls = 0
-        app = FastAPI()
+        self.app = FastAPI()
 
-        @app.post("/v1/chat/completions")
+        @self.app.post("/v1/chat/completions")
         def complete(body: dict) -> dict:
             self.calls += 1
             text = self.answer(body["messages"])
             return {"choices": [{"message": {"role": "assistant", "content": text}}]}
 
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> str:
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
 
 @pytest.fixture(scope="module")
 def chat_server() -> Iterator[tuple[ChatServer, str]]:
     server = ChatServer()
-    url = server.start()
-    yield server, url
-    server.stop()
+    with on_loopback(server.app) as url:
+        yield server, url
 
 
 def scene_renderer(prompts: list[str]) -> np.ndarray:

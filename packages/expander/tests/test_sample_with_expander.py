@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import httpx
 import pytest
-import uvicorn
 
 from krea2.expander.server import Expander, create_app
 from krea2.expander.toy_model import SPECIAL_TOKENS, ToyModelConfig, tiny_qwen3, train_tokenizer
@@ -17,7 +13,7 @@ from krea2.trainer import expand_prompts
 
 
 @pytest.fixture(scope="module")
-def served():
+def served(serve):
     """An untrained toy expander that always writes 8 visible tokens (special and blank
     tokens suppressed: no end of turn, no think block, so the whole answer is the
     expansion)."""
@@ -28,15 +24,8 @@ def served():
     model.generation_config.suppress_tokens = [
         *tok.convert_tokens_to_ids(list(SPECIAL_TOKENS)), *blank,
     ]  # fmt: skip
-    app = create_app(Expander(model, tok, max_new_tokens=8), "toy")
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    while not srv.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}/v1"
-    srv.should_exit = True
-    thread.join(10)
+    with serve(create_app(Expander(model, tok, max_new_tokens=8), "toy")) as url:
+        yield f"{url}/v1"
 
 
 def test_prompts_come_back_as_the_servers_expansions(served):

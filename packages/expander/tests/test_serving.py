@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
 
 from krea2.expander.cli import app
 from krea2.expander.server import Expander, create_app
@@ -28,17 +25,10 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(model_dir):
+def server(model_dir, serve):
     model, tok = load_model(model_dir)
-    app_ = create_app(Expander(model, tok, max_new_tokens=8), "toy")
-    srv = uvicorn.Server(uvicorn.Config(app_, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    while not srv.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}"
-    srv.should_exit = True
-    thread.join(10)
+    with serve(create_app(Expander(model, tok, max_new_tokens=8), "toy")) as url:
+        yield url
 
 
 def test_a_chat_completion_has_the_openai_shape_with_the_trace_apart(server):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from krea2.curate import shapes
-from krea2.expander import ExpanderStageSettings, held_out_requests
+from krea2.expander import ExpanderStageSettings, scene_requests
 from krea2.expander.stage import expander_pipeline
 from krea2.expander.toy_model import ToyModelConfig
 
@@ -79,10 +79,10 @@ def test_gdpo_weighs_every_image_reward_it_is_given(tmp_path, perfect_renderer):
     assert result["curves"]["gdpo"]["artifact"], result["curves"]["gdpo"]  # logged by trl
 
 
-def test_held_out_requests_are_one_fixed_draw():
+def test_scene_requests_are_one_fixed_draw():
     held_out = scenes(2, 4)
-    a = held_out_requests(held_out, 2, 7, "medium")
-    b = held_out_requests(held_out, 2, 7, "medium")
+    a = scene_requests(held_out, 2, 7, "medium")
+    b = scene_requests(held_out, 2, 7, "medium")
     assert [r.text for r in a] == [r.text for r in b] and len(a) == 8
     captions = [shapes.captions(s)["medium"] for s in held_out]
     assert all(r.target.endswith(c) for r, c in zip(a[::2], captions, strict=True))

@@ -173,3 +173,12 @@ def training_job(
     ]
     observe = replace(cfg.train.observe, sample_prompts=list(sample_prompts))
     return replace(cfg.train, run_dir=run_dir, stages=stages, observe=observe)
+
+
+def demo_training_job(cfg: DemoConfig, demo: Path) -> tuple[JobConfig, bool]:
+    """The training job of the demo run in ``demo`` (its ``--out``) and whether its
+    pretraining finished (the last stage's checkpoints are marked done): what the proofs
+    in benchmarks/ start from."""
+    dirs = [demo / "shards" / s.name for s in cfg.train.stages]
+    job = training_job(cfg, demo / "run", dirs, [])
+    return job, (demo / "run" / "checkpoints" / f"{job.stages[-1].name}.done").exists()

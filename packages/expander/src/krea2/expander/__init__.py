@@ -46,7 +46,7 @@ _HOMES: dict[str, str | None] = {
     "ExpanderStageSettings": "stage_settings",
     "run_expander_stage": "stage",
     "evaluate_expander": "stage",
-    "held_out_requests": "stage",
+    "scene_requests": "stage",
     "SftConfig": "sft",
     "run_sft": "sft",
     "generate": "sft",

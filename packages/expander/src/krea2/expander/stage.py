@@ -36,13 +36,15 @@ from krea2.expander.stage_settings import ExpanderStageSettings
 from krea2.expander.toy_model import load_model
 from krea2.expander.user_prompts import UserPrompt, UserPromptConfig, user_prompt
 
-__all__ = ["evaluate_expander", "expander_pipeline", "held_out_requests", "run_expander_stage"]
+__all__ = ["evaluate_expander", "expander_pipeline", "run_expander_stage", "scene_requests"]
 
 Sampler = Callable[[list[str], list[int]], np.ndarray]  # prompts, seeds -> [P, S, H, W, 3]
 Renderer = Callable[[list[str]], np.ndarray]  # prompts -> [P, H, W, 3], one fixed seed
 
 
-def held_out_requests(scenes: Sequence[Scene], per_scene: int, seed: int, target: str) -> list:
+def scene_requests(
+    scenes: Sequence[Scene], per_scene: int, seed: int, target: str
+) -> list[UserPrompt]:
     """``per_scene`` synthetic requests per scene, one fixed draw (`UserPrompt` each)."""
     rng = np.random.default_rng(seed)
     cfg = UserPromptConfig(target=target)
@@ -171,7 +173,7 @@ def run_expander_stage(
             from krea2.rl.grpo import shapes_rewards
 
             scenes = list(train_scenes)[:64]
-            prompts = [r.text for r in held_out_requests(scenes, 1, s.seed, s.target)]
+            prompts = [r.text for r in scene_requests(scenes, 1, s.seed, s.target)]
             calibrate = lambda: renderer()(prompts)  # noqa: E731
             rewards["artifact"] = shapes_rewards(work / "rewards", calibrate)["artifact"]
         return rewards
@@ -216,7 +218,7 @@ def expander_pipeline(
         (work / "sft.json").write_text(json.dumps(sft))
     sft_losses = json.loads((work / "sft.json").read_text())["losses"]
 
-    requests = held_out_requests(held_out_scenes, s.requests_per_concept, s.seed + 1000, s.target)
+    requests = scene_requests(held_out_scenes, s.requests_per_concept, s.seed + 1000, s.target)
     texts = [r.text for r in requests]
     raw = _cached(work / "eval-raw.json", lambda: {**_score(im := sample(texts, s.eval_seeds),
                                                               texts), "images": im})  # fmt: skip
@@ -235,7 +237,7 @@ def expander_pipeline(
     runs = [("gdpo", s.diversity_weight)] + [("gdpo-no-diversity", 0.0)] * s.ablate_diversity
     train_requests = [
         r.text
-        for r in held_out_requests(scenes, 1, s.seed + 2000, s.target)
+        for r in scene_requests(scenes, 1, s.seed + 2000, s.target)
         if r.kept  # a request the verifier cannot read gives GDPO nothing to compare
     ]
     for name, weight in runs if s.gdpo_steps else []:
