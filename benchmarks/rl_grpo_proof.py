@@ -153,7 +153,7 @@ def main() -> None:
         "## RL without CFG on ShapesWorld (`benchmarks/rl_grpo_proof.py`)\n\n"
         f"The full demo's pretrained model; {cfg.eval.max_prompts} held-out prompts, "
         f"{s.eval_steps} Euler steps. Pool: {', '.join(f'{v} {k}' for k, v in pool.items())} "
-        f"of {s.max_train_prompts} training "
+        f"of {sum(pool.values())} training "  # the pool is shared: the first run's size
         f"prompts ({s.pool_samples} no-CFG samples each). Common settings: each iteration "
         f"{s.prompts_per_step} prompts x {s.group_size} images, {s.sample_steps}-step "
         f"rollouts without CFG, rewards rubric + {s.artifact_weight} x artifact "

@@ -132,3 +132,26 @@ def test_ties_trims_elects_signs_and_averages_the_agreeing_entries(tmp_path):
     assert torch.allclose(half - base, torch.tensor([2.0, -5.0, -2.0, 0.0, 4.0, 0.0]))
     weighted = ties_merge(paths[0], paths[1:], weights=[3.0, 1.0], density=1.0)["w"]
     assert torch.allclose(weighted[0] - 1.0, torch.tensor(2.5))  # (3*3 + 1*1) / 4
+
+
+def test_task_arithmetic_adds_each_task_vector_whole(tmp_path):
+    from safetensors.torch import save_file
+
+    from krea2.infra.errors import UserError
+    from krea2.trainer.merge import average, task_arithmetic
+
+    base = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    tau_a = torch.tensor([2.0, 0.0, -1.0, 0.0])  # domain A changes entries 0 and 2
+    tau_b = torch.tensor([0.0, 3.0, -1.0, 0.0])  # domain B changes entries 1 and 2
+    paths = []
+    for name, t in (("base", base), ("a", base + tau_a), ("b", base + tau_b)):
+        save_file({"w": t.clone()}, str(tmp_path / f"{name}.safetensors"))
+        paths.append(tmp_path / f"{name}.safetensors")
+    merged = task_arithmetic(paths[0], paths[1:])["w"]
+    assert torch.allclose(merged, base + tau_a + tau_b)  # each domain's change whole
+    # averaging halves what only one source changed
+    assert torch.allclose(average(paths[1:])["w"], base + (tau_a + tau_b) / 2)
+    scaled = task_arithmetic(paths[0], paths[1:], weights=[1.0, 0.5], scale=0.5)["w"]
+    assert torch.allclose(scaled, base + 0.5 * (tau_a + 0.5 * tau_b))
+    with pytest.raises(UserError, match="2 numbers"):
+        task_arithmetic(paths[0], paths[1:], weights=[1.0])

@@ -1,18 +1,23 @@
 """Demo stage ``sft-merge`` (report §4.3): domain SFT from one base and merging into a
 generalist, on ShapesWorld.
 
-Each domain owns its own part of prompt space: domain A is the circles, whose scenes it
-renders on a navy background (and whose captions say so), domain B the squares on dark
-green; triangles belong to neither. Each domain's LoRA SFT set is its own scenes plus a
-replay of the base's black / dark gray scenes of every training concept (prior
-preservation), so an SFT changes what its prompts give and leaves the rest of prompt
-space where the base had it. A merge that is a generalist then keeps both styles, each
-on its own domain's prompts, and keeps ShapesEval (held-out concepts of every shape).
+Each domain owns its own content and gives it a house style the base has never drawn:
+domain A owns the circles and renders them on maroon, domain B the squares on teal
+(background colours the world's scenes never use; triangles and diamonds belong to
+neither). A domain's LoRA SFT set is its own scenes, twice over, plus the base's black /
+dark gray scenes of every concept it does not own (prior preservation). Captions are the
+exporter's, with ``short`` replaced by the content prompt (:func:`content_prompt`, no
+background clause) and weighted up (:data:`CAPTION_WEIGHTS`), so an SFT learns what a
+prompt that names no background gets: its style for its own content, the base's
+background for everything else. The style of a model is measured on content prompts of
+each domain's concepts; a generalist merge keeps both styles, each on its own content,
+and keeps ShapesEval (held-out concepts of every shape, on black).
 
-Why not two styles of the same prompts: when both domains restyle one set of prompts,
-each SFT learns its style for those prompts (or, with no replay, for every prompt), and
-merged task vectors can only average the two (benchmarks/sft_merge.py measured dark
-green 0.00-0.04 after every merge that way).
+What earlier designs measured (docs/benchmarks.md, ``sft_merge``): restyling the same
+prompts in both domains can only average two changes of one property (every merge lost
+one style); styles named by a colour word and measured on prompts that name it leaked
+(an SFT that never saw the other domain's colour word drew its own style for it, so the
+two SFTs disagreed on every style prompt and no merge kept either).
 
 The style classifier is the named background colour nearest the image's median pixel
 (one object covers well under half of the image).
@@ -27,14 +32,18 @@ from pathlib import Path
 
 import numpy as np
 
-from krea2.curate.shapes import Concept
+from krea2.curate.shapes import BACKGROUND_COLORS, Concept
 from krea2.trainer import JobConfig
 
 # domain -> (shape whose prompts it owns, its background style)
-DOMAINS: dict[str, tuple[str, str]] = {"A": ("circle", "navy"), "B": ("square", "dark green")}
+DOMAINS: dict[str, tuple[str, str]] = {"A": ("circle", "maroon"), "B": ("square", "teal")}
 BASE_STYLES = ("black", "dark gray")  # the world's (and the base's) backgrounds
-STYLES = (*BASE_STYLES, "navy", "dark green")
-HEADERS = ["model", "style A: navy on circles", "style B: dark green on squares", "ShapesEval"]
+REPLAY_STYLES = BASE_STYLES
+# The SFT sets' caption formats: "short" is the content prompt (no background clause), so
+# each set teaches what a prompt that names no background gets; the others name it.
+CAPTION_WEIGHTS = {"short": 0.5, "medium": 0.3, "long": 0.2}
+STYLES = tuple(BACKGROUND_COLORS)  # what the style classifier can answer
+HEADERS = ["model", "style A: maroon on circles", "style B: teal on squares", "ShapesEval"]
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,6 @@ class SftMergeSettings:
 def background_style(image: np.ndarray) -> str:
     """The named background colour (of :data:`STYLES`) nearest the median pixel of a uint8
     image [H, W, 3]."""
-    from krea2.curate.shapes import BACKGROUND_COLORS
-
     median = np.median(image.reshape(-1, 3).astype(np.float64), axis=0)
     dist = {s: float(np.abs(median - np.array(BACKGROUND_COLORS[s])).sum()) for s in STYLES}
     return min(dist, key=lambda s: dist[s])
@@ -75,23 +82,28 @@ def domain_concepts(train: list[Concept], domain: str) -> list[Concept]:
 def write_domain_shards(
     root: Path, train: list[Concept], domain: str, side: int, copies: int, seed: int
 ) -> Path:
-    """Parquet shards (curate's export) of ``domain``'s concepts on its style plus the base's
-    backgrounds for every training concept, ``copies`` jittered large renders each."""
+    """Parquet shards (curate's export) of ``domain``'s set: its own concepts on its style
+    (``2 * copies`` jittered large renders each) and every training concept it does not own
+    on the base's backgrounds (``copies`` each); every sample's ``short`` caption is its
+    content prompt (:func:`content_prompt`)."""
     from PIL import Image
 
     from krea2.curate import Sample, export_shards, shapes
 
     rng = np.random.default_rng(seed)
-    style = DOMAINS[domain][1]
-    scenes = [(c, style) for c in domain_concepts(train, domain) for _ in range(copies)]
-    scenes += [(c, bg) for c in train for bg in BASE_STYLES for _ in range(max(1, copies // 2))]
+    owned = domain_concepts(train, domain)
+    # the domain's own scenes twice as often: a quarter of the set is too weak a signal
+    scenes = [(c, DOMAINS[domain][1]) for c in owned for _ in range(2 * copies)]
+    scenes += [(c, str(rng.choice(REPLAY_STYLES))) for c in train if c not in owned
+               for _ in range(copies)]  # fmt: skip
     samples = []
     for i, (concept, bg) in enumerate(scenes):
         jitter = tuple(float(x) for x in rng.uniform(-0.3, 0.3, 2))
         scene = shapes.concept_scene(concept, bg, "large", jitter)
         buf = io.BytesIO()
         Image.fromarray(shapes.render(scene, side, side)).save(buf, format="PNG")
-        samples.append(Sample(f"{domain}-{i}", buf.getvalue(), shapes.captions(scene)))
+        caps = shapes.captions(scene) | {"short": content_prompt(concept)}
+        samples.append(Sample(f"{domain}-{i}", buf.getvalue(), caps))
     export_shards(samples, root, f"p{side}", side, seed=seed, batch_size=32)
     return root
 
@@ -113,6 +125,7 @@ def sft_job(job: JobConfig, index: int, domain: str, data: Path, s: SftMergeSett
         lr=s.lr,
         init_from=str(stage_root(job, base)),
         lora=LoraConfig(rank=s.rank, alpha=float(s.rank)),
+        caption_weights=dict(CAPTION_WEIGHTS),
         schedule=ScheduleConfig(warmup_steps=max(1, s.steps // 10), decay_ratio=0.2),
     )
     return replace(
@@ -124,14 +137,19 @@ def sft_job(job: JobConfig, index: int, domain: str, data: Path, s: SftMergeSett
     )
 
 
-def style_prompts(train: list[Concept], domain: str, most: int) -> list[str]:
-    """Medium captions of up to ``most`` of ``domain``'s concepts (spread over them) on its
-    style: the prompts its style is measured on."""
+def content_prompt(concept: Concept) -> str:
+    """The concept's medium caption without its background clause ("A red circle in the
+    top left."): a prompt that names the content and leaves the style to the model."""
     from krea2.curate.shapes import captions, concept_scene
 
+    return captions(concept_scene(concept))["medium"].split(", on ")[0] + "."
+
+
+def style_prompts(train: list[Concept], domain: str, most: int) -> list[str]:
+    """Content prompts (:func:`content_prompt`) of up to ``most`` of ``domain``'s concepts,
+    spread over them: the prompts its style is measured on."""
     owned = domain_concepts(train, domain)
-    picks = owned[:: max(1, len(owned) // most)][:most]
-    return [captions(concept_scene(c, DOMAINS[domain][1]))["medium"] for c in picks]
+    return [content_prompt(c) for c in owned[:: max(1, len(owned) // most)][:most]]
 
 
 def run_sft_merge(
@@ -143,7 +161,7 @@ def run_sft_merge(
     s: SftMergeSettings,
 ) -> dict:
     """Domain SFT of stage ``index`` of ``job`` (finished) for each of :data:`DOMAINS`, the
-    merges (uniform, weighted, TIES; task arithmetic as a reference), and per model the
+    merges (uniform, weighted, TIES, task arithmetic), and per model the
     style shares on each domain's prompts and ShapesEval on ``held_out``. Each SFT run
     resumes under ``work``. Returns a JSON-able dict: ``models`` (name -> style_A,
     style_B, styles seen per domain, shapes_eval), ``samples`` (name -> .npy of uint8
@@ -159,6 +177,7 @@ def run_sft_merge(
         load_stage_module,
         sample_module,
         stage_root,
+        task_arithmetic,
         ties_merge,
     )
 
@@ -171,6 +190,7 @@ def run_sft_merge(
     base_dir = base_root.path_of(base_step)
     weights = {"base": average([base_dir])}
     side = job.stages[index].resolution
+    module = load_stage_module(job, index)  # the base's text conditioning for every model
     merged_files = []
     for n, domain in enumerate(DOMAINS):
         out = work / f"sft-{domain}.safetensors"
@@ -189,13 +209,10 @@ def run_sft_merge(
     weights[f"TIES merge (density {s.density:g})"] = ties_merge(
         base_dir, merged_files, density=s.density
     )
-    # A reference, not a merge the report names: both task vectors in full (Ilharco et al.).
-    a, b = (weights[f"SFT {d} ({DOMAINS[d][1]})"] for d in DOMAINS)
-    weights["task arithmetic (A + B - base)"] = {
-        k: a[k] + b[k] - v for k, v in weights["base"].items()
-    }
+    # Task arithmetic (Ilharco et al. 2023) at scale 1: base + both task vectors in full,
+    # what stacking the two adapters at strength 1 gives.
+    weights["task arithmetic (A + B - base)"] = task_arithmetic(base_dir, merged_files)
 
-    module = load_stage_module(job, index)  # the base's text conditioning for every model
     prompts = {d: style_prompts(train, d, s.style_prompts) for d in DOMAINS}
     eval_scenes = [concept_scene(c) for c in held_out]
     eval_prompts = [eval_prompt(c) for c in held_out]
@@ -237,7 +254,7 @@ def rows(result: dict) -> list[list[str]]:
 # -- the demo stage ---------------------------------------------------------------------
 
 STAGE = "sft-merge"
-WHAT = "domain SFT (circles on navy, squares on dark green) and merges of the two"
+WHAT = "domain SFT (circles on maroon, squares on teal) and merges of the two"
 
 
 def demo_settings(cfg) -> SftMergeSettings:
@@ -279,14 +296,15 @@ def report_section(result: dict, smoke: bool = False) -> str:
     parts = [
         html.table(HEADERS, rows(result)),
         f'<p class="note">Two LoRA (rank {s["rank"]}) SFTs of the final pretrained model, '
-        f"{s['steps']} steps each: domain A owns the circle prompts (its set: circles on a "
-        "navy background), domain B the square prompts (squares on dark green); each set "
-        "also replays the base's black / dark gray scenes of every training concept, so an "
-        "SFT changes its own prompts only. Style columns: share of samples whose background "
-        "(median pixel, nearest named colour) is the one the prompt asks for, on that "
-        "domain's prompts. ShapesEval on the held-out prompts (every shape, black "
-        "background). A generalist merge keeps both styles and ShapesEval; task arithmetic "
-        "(both task vectors in full) is a reference, not one of the report's merges.</p>",
+        f"{s['steps']} steps each: domain A owns the circles and draws them on maroon, "
+        "domain B the squares on teal (colours the world never draws); each set also "
+        "replays the base's black / dark gray scenes of every concept it does not own, so "
+        "an SFT changes its own content only. Style columns: share of samples whose "
+        "background (median pixel, nearest named colour) is the domain's style, on content "
+        "prompts (no background named) of that domain's concepts. ShapesEval on the "
+        "held-out prompts (every shape, black background). A generalist merge keeps both "
+        "styles and ShapesEval. Averaging (uniform, weighted, TIES) scales each domain's "
+        "change down to its weight; task arithmetic adds both in full.</p>",
     ]
     if smoke:
         parts.append(

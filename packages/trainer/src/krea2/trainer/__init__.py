@@ -67,6 +67,7 @@ _MODULE_OF = {
     "pma_from_run": "merge",
     "merge_to_file": "merge",
     "ties_merge": "merge",
+    "task_arithmetic": "merge",
     # LoRA adapters out (diffusers, ComfyUI, merged)
     "AdapterFormat": "adapters",
     "export_adapter": "adapters",

@@ -139,12 +139,19 @@ def merge(
     stage: str = typer.Option(
         None, "--stage", help="stage whose settings are recorded (default: the folders' stage)"
     ),
-    method: str = typer.Option("average", "--method", help="average (uniform/weighted) or ties"),
-    base: Path = typer.Option(None, "--base", help="ties: the checkpoint the sources started from"),
+    method: str = typer.Option(
+        "average", "--method", help="average (uniform/weighted), ties or task-arithmetic"
+    ),
+    base: Path = typer.Option(
+        None, "--base", help="ties, task-arithmetic: the checkpoint the sources started from"
+    ),
     density: float = typer.Option(0.2, "--density", help="ties: share of each task vector kept"),
+    scale: float = typer.Option(1.0, "--scale", help="task-arithmetic: scale of the sum"),
 ) -> None:
-    """Merge domain checkpoints (uniform, weighted, or TIES against their common base) into
-    one, recording the run's text conditioning, prediction type and time shift in the file.
+    """Merge domain checkpoints (uniform, weighted, TIES or task arithmetic against their
+    common base) into one, recording the run's text conditioning, prediction type and time
+    shift in the file. Averaging dilutes a change only one domain made to its weight; task
+    arithmetic (base + the task vectors in full) keeps it (docs/trainer.md).
 
     Example: krea2 train merge runs/toy-pretrain/checkpoints/p32/step-000000999
     runs/toy-pretrain/checkpoints/p32/step-000001799 --weights 0.3,0.7
@@ -153,7 +160,7 @@ def merge(
     from krea2.trainer.merge import merge_to_file
 
     w = [float(x) for x in weights.split(",")] if weights else None
-    merge_to_file(sources, w, config, out, stage, method, base, density)
+    merge_to_file(sources, w, config, out, stage, method, base, density, scale)
     typer.echo(f"merged {len(sources)} checkpoints into {out}")
 
 

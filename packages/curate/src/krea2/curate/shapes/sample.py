@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from krea2.curate.shapes.spec import (
-    BACKGROUND_COLORS,
     BACKGROUND_KINDS,
     COLORS,
+    SCENE_BACKGROUND_COLORS,
     SHAPES,
     SIZES,
     WORDS,
@@ -29,7 +29,7 @@ def sample_scene(
     colors: Sequence[str] = tuple(COLORS),
     sizes: Sequence[str] = tuple(SIZES),
     backgrounds: Sequence[str] = BACKGROUND_KINDS,
-    background_colors: Sequence[str] = tuple(BACKGROUND_COLORS),
+    background_colors: Sequence[str] = SCENE_BACKGROUND_COLORS,
     word_prob: float = 0.0,
     jitter: float = 0.5,
 ) -> Scene:

@@ -28,7 +28,21 @@ BACKGROUND_COLORS: dict[str, tuple[int, int, int]] = {
     "navy": (18, 24, 66),
     "dark brown": (62, 42, 26),
     "dark green": (18, 56, 34),
+    # Style colours: renderable and captioned, never drawn by the world's scenes (see
+    # SCENE_BACKGROUND_COLORS), so a model pretrained on the world has never seen them:
+    # the domain SFT styles of krea2.pipeline.sft_merge.
+    "maroon": (96, 16, 40),
+    "teal": (10, 84, 90),
 }
+# The background colours random scenes are drawn from (sample_scene), and the rest.
+SCENE_BACKGROUND_COLORS: tuple[str, ...] = (
+    "black",
+    "dark gray",
+    "navy",
+    "dark brown",
+    "dark green",
+)
+STYLE_BACKGROUND_COLORS: tuple[str, ...] = ("maroon", "teal")
 BACKGROUND_KINDS: tuple[str, ...] = ("solid", "gradient", "texture")
 TEXT_COLOR: tuple[int, int, int] = (255, 255, 255)
 
