@@ -31,11 +31,12 @@ def demo(
         "--until",
         help="Stop after this stage (e.g. export-64, pretrain); a later run without it "
         "continues. Stages: shards, pool, curate, export-<px>, pretrain, sample, score, "
-        "preference-stpo, preference-dpo, report.",
+        "sft-merge, preference-stpo, preference-dpo, rl, expander, report.",
     ),
 ) -> None:
     """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, sample,
-    score, then preference-tune (STPO, and DPO as the ablation).
+    score, domain SFT and merging, preference-tune (STPO, and DPO as the ablation), RL
+    without CFG (DiffusionNFT), then the prompt expander (SFT + GDPO).
 
     Example: krea2 demo --quick --out demo-out
 
