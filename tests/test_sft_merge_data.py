@@ -49,7 +49,7 @@ def test_background_style_reads_every_colour(color: str) -> None:
 
 def test_domain_set_restyles_only_its_own_content(tmp_path: Path) -> None:
     train = list(split_concepts(0).train)[::6]
-    root = sft_merge.write_domain_shards(tmp_path / "A", train, "A", 32, 2, 0)
+    root = sft_merge.write_domain_shards(tmp_path / "A", train, "A", 32, 2, 0, 32)
     rows = [r for f in sorted(root.rglob("*.parquet")) for r in pq.read_table(f).to_pylist()]
     owned_shape, style = sft_merge.DOMAINS["A"]
     owned = [c for c in train if c[1] == owned_shape]
@@ -66,3 +66,9 @@ def test_domain_set_restyles_only_its_own_content(tmp_path: Path) -> None:
             assert seen == style and style in caps["medium"]
         else:
             assert seen in sft_merge.REPLAY_STYLES and seen in caps["medium"]
+
+
+def test_a_set_smaller_than_one_batch_is_a_clear_error(tmp_path: Path) -> None:
+    train = list(split_concepts(0).train)[:3]
+    with pytest.raises(ValueError, match="fewer than one batch of 64"):
+        sft_merge.write_domain_shards(tmp_path / "A", train, "A", 32, 1, 0, 64)

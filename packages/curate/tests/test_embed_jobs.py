@@ -162,8 +162,14 @@ def test_a_rerun_embeds_only_what_is_missing_and_the_pass_is_idempotent_and_spil
     assert twice == once
     old, new = before.pop(victim), once.pop(victim)
     assert new["embedding"] != old["embedding"]  # its own batch file now
-    np.testing.assert_array_equal(
-        read_vectors([new["embedding"]]), read_vectors([old["embedding"]])
+    # The same image through the same model, alone now and in a full batch before: CPU
+    # kernels may block a batch of 1 differently (seen on an AVX2 AMD EPYC: 2 of 16 values
+    # one float16 step apart), so equal to float16 rounding, not bit for bit.
+    np.testing.assert_allclose(
+        read_vectors([new["embedding"]]).astype(np.float32),
+        read_vectors([old["embedding"]]).astype(np.float32),
+        rtol=2e-3,
+        atol=1e-4,
     )
     assert all(once[k]["embedding"] == r["embedding"] for k, r in before.items())
 

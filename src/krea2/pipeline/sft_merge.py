@@ -80,12 +80,19 @@ def domain_concepts(train: list[Concept], domain: str) -> list[Concept]:
 
 
 def write_domain_shards(
-    root: Path, train: list[Concept], domain: str, side: int, copies: int, seed: int
+    root: Path,
+    train: list[Concept],
+    domain: str,
+    side: int,
+    copies: int,
+    seed: int,
+    batch_size: int,
 ) -> Path:
-    """Parquet shards (curate's export) of ``domain``'s set: its own concepts on its style
-    (``2 * copies`` jittered large renders each) and every training concept it does not own
-    on the base's backgrounds (``copies`` each); every sample's ``short`` caption is its
-    content prompt (:func:`content_prompt`)."""
+    """Parquet shards (curate's export, whole batches of ``batch_size``: the SFT's) of
+    ``domain``'s set: its own concepts on its style (``2 * copies`` jittered large renders
+    each) and every training concept it does not own on the base's backgrounds (``copies``
+    each); every sample's ``short`` caption is its content prompt (:func:`content_prompt`).
+    ValueError when the set is smaller than one batch."""
     from PIL import Image
 
     from krea2.curate import Sample, export_shards, shapes
@@ -104,7 +111,12 @@ def write_domain_shards(
         Image.fromarray(shapes.render(scene, side, side)).save(buf, format="PNG")
         caps = shapes.captions(scene) | {"short": content_prompt(concept)}
         samples.append(Sample(f"{domain}-{i}", buf.getvalue(), caps))
-    export_shards(samples, root, f"p{side}", side, seed=seed, batch_size=32)
+    if len(samples) < batch_size:
+        raise ValueError(
+            f"domain {domain}'s set has {len(samples)} samples, fewer than one batch of "
+            f"{batch_size}: give more training concepts or copies"
+        )
+    export_shards(samples, root, f"p{side}", side, seed=seed, batch_size=batch_size)
     return root
 
 
@@ -195,7 +207,9 @@ def run_sft_merge(
     for n, domain in enumerate(DOMAINS):
         out = work / f"sft-{domain}.safetensors"
         if not out.is_file():
-            data = write_domain_shards(work / f"data-{domain}", train, domain, side, s.copies, n)
+            data = write_domain_shards(
+                work / f"data-{domain}", train, domain, side, s.copies, n, s.batch_size
+            )
             sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
             Trainer(sft, resume=True).run()
             root = CheckpointManager(stage_root(sft, sft.stages[0]))
