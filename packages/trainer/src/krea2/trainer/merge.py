@@ -6,6 +6,7 @@ of tensors at a time (at most ``chunk_bytes`` per source in memory), into fp32 s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -88,6 +89,20 @@ def _key_chunks(first: Path, chunk_bytes: int) -> tuple[dict, list[list[str]]]:
     return meta, chunks
 
 
+def _task_vectors(
+    base: Path, sources: list[Path], chunk_bytes: int
+) -> Iterator[tuple[str, torch.Tensor, list[torch.Tensor]]]:
+    """(DiT state-dict key, base tensor, each source's task vector source - base), a chunk
+    of keys loaded at a time (as :func:`average` streams)."""
+    meta, chunks = _key_chunks(sources[0], chunk_bytes)
+    base_meta = meta if base.suffix == ".safetensors" else _tensor_keys(base, DIT_PREFIX)
+    for chunk in chunks:
+        b = _load_source(base, chunk, base_meta)
+        parts = [_load_source(src, chunk, meta) for src in sources]
+        for k in chunk:
+            yield k.removeprefix(DIT_PREFIX), b[k], [p[k] - b[k] for p in parts]
+
+
 def ties_merge(
     base: Path,
     sources: list[Path],
@@ -108,24 +123,18 @@ def ties_merge(
     weights = weights or [1.0] * len(sources)
     if len(weights) != len(sources) or any(w <= 0 for w in weights):
         raise UserError(f"weights {weights} must be {len(sources)} positive numbers")
-    meta, chunks = _key_chunks(sources[0], chunk_bytes)
-    base_meta = meta if base.suffix == ".safetensors" else _tensor_keys(base, DIT_PREFIX)
     out: dict[str, torch.Tensor] = {}
-    for chunk in chunks:
-        b = _load_source(base, chunk, base_meta)
-        parts = [_load_source(src, chunk, meta) for src in sources]
-        for k in chunk:
-            taus = torch.stack([p[k] - b[k] for p in parts])  # [S, ...]
-            flat = taus.reshape(len(sources), -1)
-            keep = max(1, round(density * flat.shape[1]))
-            cut = flat.abs().kthvalue(flat.shape[1] - keep + 1, dim=1, keepdim=True).values
-            flat = torch.where(flat.abs() >= cut, flat, torch.zeros_like(flat))
-            w = torch.tensor(weights).view(-1, 1)
-            sign = torch.sign((w * flat).sum(0, keepdim=True))
-            agree = (torch.sign(flat) == sign) & (flat != 0)
-            total = (w * agree).sum(0).clamp_min(1e-12)
-            merged = (w * flat * agree).sum(0) / total
-            out[k.removeprefix(DIT_PREFIX)] = b[k] + scale * merged.view_as(b[k])
+    for k, b, taus in _task_vectors(base, sources, chunk_bytes):
+        flat = torch.stack(taus).reshape(len(sources), -1)  # [S, numel]
+        keep = max(1, round(density * flat.shape[1]))
+        cut = flat.abs().kthvalue(flat.shape[1] - keep + 1, dim=1, keepdim=True).values
+        flat = torch.where(flat.abs() >= cut, flat, torch.zeros_like(flat))
+        w = torch.tensor(weights).view(-1, 1)
+        sign = torch.sign((w * flat).sum(0, keepdim=True))
+        agree = (torch.sign(flat) == sign) & (flat != 0)
+        total = (w * agree).sum(0).clamp_min(1e-12)
+        merged = (w * flat * agree).sum(0) / total
+        out[k] = b + scale * merged.view_as(b)
     return out
 
 
@@ -146,15 +155,9 @@ def task_arithmetic(
     weights = weights or [1.0] * len(sources)
     if len(weights) != len(sources):
         raise UserError(f"weights {weights} must be {len(sources)} numbers")
-    meta, chunks = _key_chunks(sources[0], chunk_bytes)
-    base_meta = meta if base.suffix == ".safetensors" else _tensor_keys(base, DIT_PREFIX)
     out: dict[str, torch.Tensor] = {}
-    for chunk in chunks:
-        b = _load_source(base, chunk, base_meta)
-        parts = [_load_source(src, chunk, meta) for src in sources]
-        for k in chunk:
-            delta = sum(w * (p[k] - b[k]) for p, w in zip(parts, weights, strict=True))
-            out[k.removeprefix(DIT_PREFIX)] = b[k] + scale * delta
+    for k, b, taus in _task_vectors(base, sources, chunk_bytes):
+        out[k] = b + scale * sum(w * t for t, w in zip(taus, weights, strict=True))
     return out
 
 
