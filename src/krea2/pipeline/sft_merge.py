@@ -32,13 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from krea2.curate.shapes import BACKGROUND_COLORS, Concept
+from krea2.curate.shapes import BACKGROUND_COLORS, WORLD_BACKGROUNDS, Concept
 from krea2.trainer import JobConfig
 
 # domain -> (shape whose prompts it owns, its background style)
 DOMAINS: dict[str, tuple[str, str]] = {"A": ("circle", "maroon"), "B": ("square", "teal")}
-BASE_STYLES = ("black", "dark gray")  # the world's (and the base's) backgrounds
-REPLAY_STYLES = BASE_STYLES
+REPLAY_STYLES = WORLD_BACKGROUNDS  # the one-object world's (and the base's) backgrounds
 # The SFT sets' caption formats: "short" is the content prompt (no background clause), so
 # each set teaches what a prompt that names no background gets; the others name it.
 CAPTION_WEIGHTS = {"short": 0.5, "medium": 0.3, "long": 0.2}
