@@ -14,6 +14,7 @@ from krea2.dit import flow
 from krea2.infra.errors import UserError
 from krea2.rl.grpo import (
     GrpoConfig,
+    OldPolicy,
     advantages,
     artifact_alarm,
     background_noise,
@@ -165,6 +166,32 @@ def test_gaussian_kl_and_nft_gradient_direction():
     expect = 2 * (2 * r - 1).view(-1, 1, 1, 1) * (v_old - target) / 4
     torch.testing.assert_close(v.grad, expect)
     np.testing.assert_allclose(optimality(np.array([-3.0, 0.0, 0.5, 9.0])), [0, 0.5, 0.75, 1])
+
+
+def test_old_policy_soft_update_swap_and_its_pull_in_the_nft_loss():
+    lin = torch.nn.Linear(3, 2)
+    w0 = lin.weight.detach().clone()
+    old = OldPolicy(list(lin.parameters()))
+    with torch.no_grad():
+        lin.weight.add_(1.0)
+    old.update(0.75)  # old = 0.75 w0 + 0.25 (w0 + 1)
+    torch.testing.assert_close(old.old[0], w0 + 0.25)
+    x = torch.randn(4, 3)
+    with old.swapped_in():
+        torch.testing.assert_close(lin(x), x @ (w0 + 0.25).T + lin.bias)
+    assert torch.equal(lin.weight, w0 + 1.0)  # the trained weights come back bit for bit
+    copy = OldPolicy(list(lin.parameters()))
+    copy.load_state_dict(old.state_dict())
+    assert torch.equal(copy.old[0], old.old[0])
+    old.update(0.0)
+    assert torch.equal(old.old[0], lin.weight)
+    with pytest.raises(ValueError, match="decay"):
+        old.update(1.0)
+    # a lagging v_old adds 2β²(v − v_old) / elements: the pull back to the sampling policy
+    target, v_old = torch.zeros(2, 1, 2, 2), torch.zeros(2, 1, 2, 2)
+    v = torch.ones(2, 1, 2, 2, requires_grad=True)
+    nft_terms(v, v_old, target, torch.tensor([0.5, 0.5]), beta=0.5).sum().backward()
+    torch.testing.assert_close(v.grad, 2 * 0.25 * (v.detach() - v_old) / 4)
 
 
 def test_pool_verdicts_and_their_reasons():

@@ -189,6 +189,39 @@ def test_kill_and_resume_repeats_the_rollouts_and_losses(tmp_path, pretrained, s
             assert by_step[ref["step"]][key] == pytest.approx(ref[key], rel=1e-5, abs=1e-9)
 
 
+NFT_OLD = ["--set", "grpo.window_size=0", "--set", "grpo.window_start_max=0", "--set",
+           "grpo.kl_beta=0", "--set", "grpo.nft_old_decay=0.5"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_nft_old_policy_is_checkpointed_and_a_resume_repeats_the_run(tmp_path, pretrained):
+    whole = _config(tmp_path / "whole", pretrained, "nft")
+    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(whole), *NFT_OLD)).communicate(
+        timeout=300
+    )
+    assert proc.returncode == 0, out[-3000:]
+    ref = {r["step"]: r for r in _rows(tmp_path / "whole" / "run")}
+    cut = _config(tmp_path / "cut", pretrained, "nft")
+    proc = _launch(1, "krea2.rl.grpo.train", str(cut), *NFT_OLD)
+    run = tmp_path / "cut" / "run"
+    deadline = time.time() + 300
+    # killed after step 1: the resume loads an old policy that lags the weights
+    while not ((run / "metrics.jsonl").exists() and any(r["step"] >= 1 for r in _rows(run))):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    args = ("krea2.rl.grpo.train", str(cut), "--resume", *NFT_OLD)
+    out, _ = (proc := _launch(1, *args)).communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "resumed stage" in out
+    by_step = {r["step"]: r for r in _rows(run)}
+    assert sorted(by_step) == sorted(ref) == list(range(STEPS))
+    for step, row in ref.items():
+        for key in ("loss", "reward_smooth", "optimality_mean"):
+            assert by_step[step][key] == pytest.approx(row[key], rel=1e-5, abs=1e-9), (step, key)
+
+
 @pytest.mark.slow
 def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, pretrained):
     # one minibatch per iteration: with inner_steps > 1 each rank splits its own rollouts,

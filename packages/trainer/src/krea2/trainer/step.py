@@ -73,6 +73,9 @@ class Objective(Protocol):
     metrics (a ``"loss"`` and ``"grad_norm"`` at least, all-reduced over the dp ranks).
     With ``needs_reference`` the trainer also builds ``run.reference``: the stage's module
     at its starting weights (its warm start), frozen, parallelized like the policy.
+    An objective that keeps tensors of its own across steps (e.g. an RL old policy) may
+    define ``state(run) -> dict[str, Tensor]``: checkpoints hold them and a resume loads
+    them in place, so the run continues exactly.
     """
 
     needs_reference: bool

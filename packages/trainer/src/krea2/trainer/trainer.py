@@ -27,7 +27,6 @@ from krea2.infra.logging import get_logger
 from krea2.infra.progress import Progress, progress
 from krea2.infra.rank_health import RankHealth
 from krea2.trainer.build import (
-    TrainModule,
     build_autoencoder,
     build_module,
     check_bucket,
@@ -122,16 +121,25 @@ class Trainer:
             self._exporter.close()
         self.metrics.close()
 
-    def _state(self, module: TrainModule, optimizers: list) -> dict[str, Any]:
+    def _state(self, run: StageRun) -> dict[str, Any]:
         """What a checkpoint holds: the trainable weights' state (a LoRA stage's frozen base
-        is left out: it is its init_from, reloaded on resume) and the optimizers'."""
-        return {
+        is left out: it is its init_from, reloaded on resume), the optimizers', and the
+        objective's own tensors when it keeps any (``objective.state(run)``, e.g. the
+        RL old policy), loaded in place."""
+        module = run.module
+        state = {
             "model": get_model_state_dict(module, options=checkpoint_options(module)),
-            "optim": get_optimizer_state_dict(module, optimizers),
+            "optim": get_optimizer_state_dict(module, run.optimizers),
         }
+        objective_state = getattr(self.objective, "state", None)
+        extra = objective_state(run) if objective_state is not None else {}
+        if extra:
+            state["objective"] = extra
+        return state
 
-    def _load_state(self, mgr: CheckpointManager, module, optimizers, step=None) -> dict:
-        state = self._state(module, optimizers)
+    def _load_state(self, run: StageRun, step=None) -> dict:
+        mgr, module, optimizers = run.checkpoints, run.module, run.optimizers
+        state = self._state(run)
         extra = mgr.load(state, step=step)
         set_model_state_dict(module, state["model"], options=checkpoint_options(module))
         set_optimizer_state_dict(module, optimizers, state["optim"])
@@ -301,7 +309,7 @@ class Trainer:
         or None when the stage has none. A corrupt newer one is reported and set aside by
         the manager; when none loads, the run stops (the module may be half-loaded)."""
         try:
-            return self._load_state(run.checkpoints, run.module, run.optimizers)
+            return self._load_state(run)
         except FileNotFoundError:
             return None
         except CheckpointCorruptError as exc:
@@ -320,7 +328,7 @@ class Trainer:
             "rng": capture_rng_state(),
             "data": {"stage": run.stage.name, "step": step, "batches_per_epoch": len(run.data)},
         }
-        state = self._state(run.module, run.optimizers)
+        state = self._state(run)
         if sync or not self.cfg.checkpoint.async_save:
             run.checkpoints.save(step, state, extra)
         else:
@@ -377,7 +385,7 @@ class Trainer:
         if stability.action is not SpikeAction.ROLLBACK or run.checkpoints.latest_step() is None:
             return None
         run.state.skip.append(step)
-        extra = self._load_state(run.checkpoints, run.module, run.optimizers)
+        extra = self._load_state(run)
         run.detector.load_state_dict(extra["stability"])
         log.warning("rolled back to step %d; batch %d will be skipped", extra["step"], step)
         return extra["step"] + 1

@@ -25,6 +25,7 @@ _HOMES: dict[str, str | None] = {
     "gaussian_kl": "loss",
     "nft_terms": "loss",
     "optimality": "loss",
+    "OldPolicy": "old_policy",
     # pool curation and guards
     "PromptRecord": "pool",
     "curate_pool": "pool",

@@ -45,7 +45,10 @@ class GrpoConfig:
 
     Objective ``grpo``: ``inner_steps`` optimizer steps per rollout batch (its images split
     in that many minibatches), ratio clip ``clip``, ``kl_beta``. Objective ``nft``
-    (DiffusionNFT): ``nft_beta``, ``nft_times`` forward-process times per image and
+    (DiffusionNFT): ``nft_beta``, ``nft_times`` forward-process times per image,
+    ``nft_old_decay``: the sampling policy that rolls out and gives v_old is an EMA of the
+    trained weights with this decay per iteration (0: the current weights;
+    :mod:`krea2.rl.grpo.old_policy`), and
     ``kl_beta`` x ‖v_θ - v_ref‖² (element mean, at the same noisy points) to the
     reference. With ``kl_beta`` > 0 the trainer keeps a frozen reference (the pre-RL
     weights)."""
@@ -69,6 +72,7 @@ class GrpoConfig:
     kl_beta: float = 0.0
     nft_beta: float = 1.0
     nft_times: int = 1
+    nft_old_decay: float = 0.0
     adv_clip: float = 5.0
 
     def __post_init__(self) -> None:
@@ -105,6 +109,8 @@ class GrpoConfig:
             raise ValueError(f"artifact_bound={self.artifact_bound} must be in (0, 1)")
         if self.noise_bound is not None and not self.noise_bound > 1:
             raise ValueError(f"noise_bound={self.noise_bound} must be > 1 (a growth factor)")
+        if not 0 <= self.nft_old_decay < 1:
+            raise ValueError(f"nft_old_decay={self.nft_old_decay} must be in [0, 1)")
         if self.kl_beta < 0:
             raise ValueError(f"kl_beta={self.kl_beta} must be >= 0")
         if not 0 < self.clip < 1:

@@ -5,7 +5,9 @@ objective rolls out ``group_size`` images per prompt without CFG on the training
 itself (FSDP: every rank rolls out its own prompts; all ranks run the same number of
 forwards), scores them in-process, turns the rewards into advantages and trains:
 ``inner_steps`` optimizer updates for GRPO (all but the last taken here, the last by the
-trainer), one for DiffusionNFT.
+trainer), one for DiffusionNFT. With ``nft_old_decay`` > 0, DiffusionNFT rolls out with
+its old policy (:class:`~krea2.rl.grpo.old_policy.OldPolicy`, soft-updated at the start of
+every iteration and checkpointed with the run).
 
 Every random draw (initial noise, SDE noise, window, NFT times) is seeded by (job seed,
 step, global index), so a resumed run redraws exactly the same rollouts and any split of
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,7 @@ from krea2.rl.grpo.advantage import Aggregation, advantages, batch_moments, gdpo
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.rl.grpo.guards import artifact_alarm, gate_rewards, noise_alarm
 from krea2.rl.grpo.loss import gaussian_kl, grpo_terms, nft_terms, optimality
+from krea2.rl.grpo.old_policy import OldPolicy
 from krea2.rl.grpo.sde import Rollout, sde_rollout, step_log_prob
 from krea2.rl.rewards import Reward
 from krea2.trainer import (
@@ -94,6 +98,31 @@ class GrpoObjective:
         self._ae = None
         self.first_artifact: float | None = None
         self.first_noise: float | None = None
+        self._old: OldPolicy | None = None
+
+    # ------------------------------------------------------------------ old policy
+    def _keeps_old_policy(self) -> bool:
+        return self.gc.objective is RlObjective.NFT and self.gc.nft_old_decay > 0
+
+    def state(self, run: StageRun) -> dict[str, torch.Tensor]:
+        """The tensors a checkpoint keeps for this objective: the old policy's, if any
+        (created here at the current weights when a resume asks for the template)."""
+        if not self._keeps_old_policy():
+            return {}
+        if self._old is None:
+            self._old = OldPolicy(run.params)
+        return self._old.state_dict()
+
+    def old_policy(self, run: StageRun, step: int) -> OldPolicy | None:
+        """The old policy for ``step``: the current weights at the stage's first step (also
+        when a template was made before the warm start), else one soft update of the
+        previous iteration's (loaded from the checkpoint after a resume)."""
+        if not self._keeps_old_policy():
+            return None
+        if self._old is None:
+            self._old = OldPolicy(run.params)
+        self._old.update(0.0 if step == 0 else self.gc.nft_old_decay)
+        return self._old
 
     # ------------------------------------------------------------------ rollouts
     def rollout(
@@ -212,7 +241,9 @@ class GrpoObjective:
         if self.evaluate is not None and self.eval_every and step % self.eval_every == 0:
             out.update(self._eval(module, step))
         t0 = time.perf_counter()
-        rollouts, caps, images, mu = self.rollout(module, prompts, step, cfg, env, side)
+        old = self.old_policy(run, step)
+        with old.swapped_in() if old is not None else nullcontext():
+            rollouts, caps, images, mu = self.rollout(module, prompts, step, cfg, env, side)
         t1 = time.perf_counter()
         adv, _, reward_metrics = self.score(images, prompts, env)
         t2 = time.perf_counter()
@@ -221,7 +252,7 @@ class GrpoObjective:
         if self.gc.objective is RlObjective.GRPO:
             train = self._grpo(run, cfg, env, rollouts, caps, adv_t, n_global, step)
         else:
-            train = self._nft(run, cfg, env, rollouts, caps, adv, n_global, step, mu)
+            train = self._nft(run, cfg, env, rollouts, caps, adv, n_global, step, mu, old)
         t3 = time.perf_counter()
         out.update(reward_metrics)
         out.update(train)
@@ -330,7 +361,7 @@ class GrpoObjective:
             "window_start": rollouts[0].window[0] if rollouts[0].window else -1,
         }
 
-    def _nft(self, run, cfg, env, rollouts, caps, adv, n_global, step, mu) -> dict[str, Any]:
+    def _nft(self, run, cfg, env, rollouts, caps, adv, n_global, step, mu, old) -> dict[str, Any]:
         gc, module, ref = self.gc, run.module, run.reference
         dtype = next(module.dit.parameters()).dtype
         r_all = torch.tensor(optimality(adv.reshape(-1)), dtype=torch.float32)
@@ -352,8 +383,13 @@ class GrpoObjective:
                 eps = eps.to(env.device, dtype)
                 x_t = flow.interpolate(x0, eps, t)
                 target = flow.velocity_target(x0, eps)
+                v_old = None
+                if old is not None:
+                    with old.swapped_in(), torch.no_grad():
+                        v_old = module(x_t, t.to(dtype), chunk_caps)[0]
                 v = module(x_t, t.to(dtype), chunk_caps)[0]
-                rows = nft_terms(v, v.detach(), target, r, gc.nft_beta)
+                v_old = v.detach() if v_old is None else v_old
+                rows = nft_terms(v, v_old, target, r, gc.nft_beta)
                 kl = torch.zeros_like(rows)
                 if gc.kl_beta > 0:
                     assert ref is not None

@@ -57,6 +57,7 @@ class RlStageSettings:
     inner_steps: int = 1
     nft_beta: float = 1.0
     nft_times: int = 1
+    nft_old_decay: float = 0.0
     aggregation: str = "gdpo"
     artifact_weight: float = 0.5
     artifact_gate: float | None = None
@@ -97,6 +98,7 @@ class RlStageSettings:
             artifact_bound=self.artifact_bound, noise_bound=self.noise_bound,
             inner_steps=self.inner_steps, clip=self.clip,
             kl_beta=self.kl_beta, nft_beta=self.nft_beta, nft_times=self.nft_times,
+            nft_old_decay=self.nft_old_decay,
         )  # fmt: skip
 
 
