@@ -34,7 +34,9 @@ class RlStageSettings:
     no-CFG samples each (dropped: always solved, never solved, no variance). Training:
     ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``;
     the objective and rollouts as :class:`GrpoConfig` (rewards: the rubric verifier and the
-    artifact reward with ``artifact_weight``, its head calibrated on ``calibration_seeds``
+    artifact reward with ``artifact_weight``, and with ``shape_weight`` > 0 the dense
+    shape-fidelity reward (:class:`krea2.rl.rewards.ShapeFidelityReward`); the artifact
+    head is calibrated on ``calibration_seeds``
     no-CFG samples per training prompt of the pretrained model; 0: trained on renders alone;
     ``noise_bound``: the background-noise guard). Evaluation: the held-out prompts x
     ``eval_seeds`` in ``eval_steps`` Euler steps, without CFG every ``eval_every`` steps
@@ -60,6 +62,7 @@ class RlStageSettings:
     nft_old_decay: float = 0.0
     aggregation: str = "gdpo"
     artifact_weight: float = 0.5
+    shape_weight: float = 0.0
     artifact_gate: float | None = None
     artifact_bound: float | None = 0.5
     calibration_seeds: int = 2
@@ -92,8 +95,10 @@ class RlStageSettings:
             window_size=self.window_size if self.objective == "grpo" else 0,
             window_start_max=self.window_start_max if self.objective == "grpo" else 0,
             micro_batch=self.micro_batch,
-            rewards={"rubric": "rubric", "artifact": "artifact"},
-            weights={"rubric": 1.0, "artifact": self.artifact_weight},
+            rewards={"rubric": "rubric", "artifact": "artifact"}
+            | ({"shape": "shape-fidelity"} if self.shape_weight > 0 else {}),
+            weights={"rubric": 1.0, "artifact": self.artifact_weight}
+            | ({"shape": self.shape_weight} if self.shape_weight > 0 else {}),
             aggregation=Aggregation(self.aggregation), artifact_gate=self.artifact_gate,
             artifact_bound=self.artifact_bound, noise_bound=self.noise_bound,
             inner_steps=self.inner_steps, clip=self.clip,
@@ -103,13 +108,15 @@ class RlStageSettings:
 
 
 def shapes_rewards(work: Path, samples=None) -> dict:  # type: ignore[no-untyped-def]
-    """The ShapesWorld rewards: ``rubric`` (the verifier, no OCR) and ``artifact`` (its
+    """The ShapesWorld rewards: ``rubric`` (the verifier, no OCR), ``shape`` (the dense
+    shape fidelity, :class:`krea2.rl.rewards.ShapeFidelityReward`) and ``artifact`` (its
     head trained once, ~10 s: on renders into ``work/artifact.npz``, or with ``samples``,
     a callable returning the model's own samples uint8 [B, H, W, 3], calibrated on them,
     :func:`krea2.rl.rewards.calibrate_artifact_reward`, into
     ``work/artifact-calibrated.npz``)."""
     from krea2.rl.rewards import (
         ArtifactReward,
+        ShapeFidelityReward,
         ShapesRubricReward,
         calibrate_artifact_reward,
         train_artifact_reward,
@@ -124,7 +131,11 @@ def shapes_rewards(work: Path, samples=None) -> dict:  # type: ignore[no-untyped
             artifact = train_artifact_reward(n=400, seed=0, path=path, epochs=200)
         else:
             artifact = calibrate_artifact_reward(samples(), n=400, seed=0, path=path, epochs=200)
-    return {"rubric": ShapesRubricReward(ocr=False), "artifact": artifact}
+    return {
+        "rubric": ShapesRubricReward(ocr=False),
+        "shape": ShapeFidelityReward(),
+        "artifact": artifact,
+    }
 
 
 def _write_json(path: Path, data) -> None:  # type: ignore[no-untyped-def]
@@ -288,7 +299,8 @@ def rl_stage(
     if not done.exists():
         link_pretrained(pretrain_job, stage_index, run_dir)
         try:
-            train_rl(job, gc, rewards, resume=True, evaluate=hook, eval_every=s.eval_every)
+            trained = {k: rewards[k] for k in gc.weights}  # the rewards the run weighs
+            train_rl(job, gc, trained, resume=True, evaluate=hook, eval_every=s.eval_every)
         except TrainingStopped as exc:
             stopped = str(exc)
             _write_json(run_dir / "stopped.json", {"reason": stopped})

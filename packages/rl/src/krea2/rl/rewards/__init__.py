@@ -24,6 +24,8 @@ _HOMES: dict[str, str | None] = {
     "group_normalize": "compose",
     "REQUIREMENT_KINDS": "rubric_shapes",
     "ShapesRubricReward": "rubric_shapes",
+    "ShapeFidelityReward": "shape_fidelity",
+    "shape_fidelity_score": "shape_fidelity",
     "TEXT_SUB_SCORES": "text",
     "TextRenderingReward": "text",
     "quoted_texts": "text",

@@ -10,6 +10,7 @@ REWARD_KINDS: dict[str, str] = {
     "rubric": "the ShapesWorld rubric verifier (same as rubric-shapes)",
     "rubric-shapes": "the ShapesWorld rubric verifier: share of the prompt's requirements met",
     "rubric-llm:LLM_URL[,VLM_URL]": "real prompts: an LLM splits, a VLM checks (OpenAI API)",
+    "shape-fidelity": "ShapesWorld: template IoU of the prompt's objects with their shapes",
     "text": "OCR of the image against the prompt's quoted words (edit distance)",
     "artifact:PATH": "structural-defect head saved by train_artifact_reward (score 1 - P)",
     "aesthetic:PATH": "Bradley-Terry head saved by train_aesthetic_reward",
@@ -34,6 +35,10 @@ def load_reward(spec: str) -> Reward:
         from krea2.rl.rewards.rubric_shapes import ShapesRubricReward
 
         return ShapesRubricReward()
+    if kind == "shape-fidelity" and not arg:
+        from krea2.rl.rewards.shape_fidelity import ShapeFidelityReward
+
+        return ShapeFidelityReward()
     if kind == "text" and not arg:
         from krea2.rl.rewards.text import TextRenderingReward
 
