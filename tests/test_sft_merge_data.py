@@ -53,7 +53,7 @@ def test_domain_set_restyles_only_its_own_content(tmp_path: Path) -> None:
     rows = [r for f in sorted(root.rglob("*.parquet")) for r in pq.read_table(f).to_pylist()]
     owned_shape, style = sft_merge.DOMAINS["A"]
     owned = [c for c in train if c[1] == owned_shape]
-    written = 2 * 2 * len(owned) + 2 * (len(train) - len(owned))
+    written = 3 * 2 * len(owned) + 2 * (len(train) - len(owned))  # own_factor 3
     assert len(rows) % 32 == 0 and 0 <= written - len(rows) < 32  # whole batches of 32
     for row in rows:
         caps = {c["format"]: c["text"] for c in row["captions"]}
@@ -72,3 +72,15 @@ def test_a_set_smaller_than_one_batch_is_a_clear_error(tmp_path: Path) -> None:
     train = list(split_concepts(0).train)[:3]
     with pytest.raises(ValueError, match="fewer than one batch of 64"):
         sft_merge.write_domain_shards(tmp_path / "A", train, "A", 32, 1, 0, 64)
+
+
+def test_paired_delta_is_the_mean_difference_with_its_standard_error() -> None:
+    base = [[1.0, 0.0], [0.5, 0.5], [0.0, 0.0]]  # [prompts][seeds]
+    model = [[1.0, 1.0], [0.5, 0.5], [0.0, 0.5]]  # +0.5, 0, +0.25 per prompt
+    out = sft_merge.paired_delta(model, base)
+    assert out["shapes_eval_delta"] == pytest.approx(0.25)
+    assert out["shapes_eval_delta_se"] == pytest.approx(np.std([0.5, 0, 0.25], ddof=1) / 3**0.5)
+    assert sft_merge.paired_delta(base, base) == {
+        "shapes_eval_delta": 0.0,
+        "shapes_eval_delta_se": 0.0,
+    }

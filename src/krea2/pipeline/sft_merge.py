@@ -4,14 +4,14 @@ generalist, on ShapesWorld.
 Each domain owns its own content and gives it a house style the base has never drawn:
 domain A owns the circles and renders them on maroon, domain B the squares on teal
 (background colours the world's scenes never use; triangles and diamonds belong to
-neither). A domain's LoRA SFT set is its own scenes, twice over, plus the base's black /
-dark gray scenes of every concept it does not own (prior preservation). Captions are the
-exporter's, with ``short`` replaced by the content prompt (:func:`content_prompt`, no
-background clause) and weighted up (:data:`CAPTION_WEIGHTS`), so an SFT learns what a
-prompt that names no background gets: its style for its own content, the base's
-background for everything else. The style of a model is measured on content prompts of
-each domain's concepts; a generalist merge keeps both styles, each on its own content,
-and keeps ShapesEval (held-out concepts of every shape, on black).
+neither). A domain's LoRA SFT set is its own scenes, three times as many per concept, plus
+the base's black / dark gray scenes of every concept it does not own (prior preservation).
+Captions are the exporter's, with ``short`` replaced by the content prompt
+(:func:`content_prompt`, no background clause) and weighted up (:data:`CAPTION_WEIGHTS`),
+so an SFT learns what a prompt that names no background gets: its style for its own
+content, the base's background for everything else. The style of a model is measured on
+content prompts of each domain's concepts; a generalist merge keeps both styles, each on
+its own content, and keeps ShapesEval (held-out concepts of every shape, on black).
 
 What earlier designs measured (docs/benchmarks.md, ``sft_merge``): restyling the same
 prompts in both domains can only average two changes of one property (every merge lost
@@ -42,13 +42,15 @@ REPLAY_STYLES = WORLD_BACKGROUNDS  # the one-object world's (and the base's) bac
 # each set teaches what a prompt that names no background gets; the others name it.
 CAPTION_WEIGHTS = {"short": 0.5, "medium": 0.3, "long": 0.2}
 STYLES = tuple(BACKGROUND_COLORS)  # what the style classifier can answer
-HEADERS = ["model", "style A: maroon on circles", "style B: teal on squares", "ShapesEval"]
+HEADERS = ["model", "style A: maroon on circles", "style B: teal on squares",
+           "ShapesEval (vs base ± s.e.)"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class SftMergeSettings:
     """Sizes of the stage: LoRA SFT steps per domain, batch, learning rate and rank;
-    renders per concept in each domain set; sampling steps, CFG and seeds; style prompts
+    renders per concept in each domain set (``copies`` of every concept a domain does not
+    own, ``own_factor`` x as many of its own); sampling steps, CFG and seeds; style prompts
     per domain; TIES density; the weighted merge's weight of domain A."""
 
     steps: int = 150
@@ -56,6 +58,7 @@ class SftMergeSettings:
     lr: float = 5e-3
     rank: int = 8
     copies: int = 2
+    own_factor: int = 3
     sample_steps: int = 16
     cfg: float = 2.0
     seeds: tuple[int, ...] = (0, 1)
@@ -86,10 +89,11 @@ def write_domain_shards(
     copies: int,
     seed: int,
     batch_size: int,
+    own_factor: int = 3,
 ) -> Path:
     """Parquet shards (curate's export, whole batches of ``batch_size``: the SFT's) of
-    ``domain``'s set: its own concepts on its style (``2 * copies`` jittered large renders
-    each) and every training concept it does not own on the base's backgrounds (``copies``
+    ``domain``'s set: its own concepts on its style (``own_factor * copies`` jittered large
+    renders each) and every training concept it does not own on the base's backgrounds (``copies``
     each); every sample's ``short`` caption is its content prompt (:func:`content_prompt`).
     ValueError when the set is smaller than one batch."""
     from PIL import Image
@@ -98,8 +102,9 @@ def write_domain_shards(
 
     rng = np.random.default_rng(seed)
     owned = domain_concepts(train, domain)
-    # the domain's own scenes twice as often: a quarter of the set is too weak a signal
-    scenes = [(c, DOMAINS[domain][1]) for c in owned for _ in range(2 * copies)]
+    # a domain owns a quarter of the concepts: its own scenes 3x as often (docs/benchmarks.md
+    # sft_merge: at 2x the teal SFT moved only 0.17-0.38 of its squares off black)
+    scenes = [(c, DOMAINS[domain][1]) for c in owned for _ in range(own_factor * copies)]
     scenes += [(c, str(rng.choice(REPLAY_STYLES))) for c in train if c not in owned
                for _ in range(copies)]  # fmt: skip
     samples = []
@@ -207,7 +212,14 @@ def run_sft_merge(
         out = work / f"sft-{domain}.safetensors"
         if not out.is_file():
             data = write_domain_shards(
-                work / f"data-{domain}", train, domain, side, s.copies, n, s.batch_size
+                work / f"data-{domain}",
+                train,
+                domain,
+                side,
+                s.copies,
+                n,
+                s.batch_size,
+                s.own_factor,
             )
             sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
             Trainer(sft, resume=True).run()
@@ -243,7 +255,11 @@ def run_sft_merge(
             row["styles_seen"][d] = {x: seen.count(x) for x in STYLES if x in seen}
             firsts.append(imgs[:, 0])
         imgs = sample_module(job, index, module, eval_prompts, seeds, s.sample_steps, s.cfg)
-        row["shapes_eval"] = float(shapes_eval(imgs, eval_scenes).score)
+        scored = shapes_eval(imgs, eval_scenes)
+        row["shapes_eval"] = float(scored.score)
+        row["shapes_eval_per_image"] = scored.per_image  # [prompts][seeds]
+        base_scores = models["base"]["shapes_eval_per_image"] if models else scored.per_image
+        row.update(paired_delta(scored.per_image, base_scores))
         path = work / "samples" / f"{len(samples):02d}.npy"
         np.save(path, np.stack(firsts))
         models[name], samples[name] = row, str(path)
@@ -256,12 +272,27 @@ def run_sft_merge(
     }
 
 
+def paired_delta(scores: list[list[float]], base: list[list[float]]) -> dict[str, float]:
+    """ShapesEval of a model minus the base's on the same prompts and seeds (per-image
+    scores [prompts][seeds]): ``shapes_eval_delta`` (the mean difference) and
+    ``shapes_eval_delta_se`` (its standard error over the prompts, seeds averaged first:
+    a prompt's seeds share its difficulty). Pairing removes the prompts' spread, which
+    is most of an unpaired difference's noise."""
+    diff = np.asarray(scores, np.float64).mean(1) - np.asarray(base, np.float64).mean(1)
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    return {"shapes_eval_delta": float(diff.mean()), "shapes_eval_delta_se": se}
+
+
 def rows(result: dict) -> list[list[str]]:
     """Table rows of :data:`HEADERS`, one per model."""
-    return [
-        [name, f"{m['style_A']:.2f}", f"{m['style_B']:.2f}", f"{m['shapes_eval']:.3f}"]
-        for name, m in result["models"].items()
-    ]
+    out = []
+    for name, m in result["models"].items():
+        delta = ""
+        if "shapes_eval_delta" in m and name != "base":
+            delta = f" ({m['shapes_eval_delta']:+.3f} ± {m['shapes_eval_delta_se']:.3f})"
+        out.append([name, f"{m['style_A']:.2f}", f"{m['style_B']:.2f}",
+                    f"{m['shapes_eval']:.3f}{delta}"])  # fmt: skip
+    return out
 
 
 # -- the demo stage ---------------------------------------------------------------------
@@ -294,10 +325,10 @@ def run_demo_stage(cfg, job: JobConfig, work: Path, train, held_out) -> dict:
 
 def summary(result: dict) -> dict:
     """summary.json's ``sft_merge``: per model its style shares and ShapesEval."""
-    return {
-        name: {k: m[k] for k in ("style_A", "style_B", "shapes_eval")}
-        for name, m in result["models"].items()
-    } | {"seconds": result["seconds"]}
+    keys = ("style_A", "style_B", "shapes_eval", "shapes_eval_delta", "shapes_eval_delta_se")
+    return {name: {k: m[k] for k in keys if k in m} for name, m in result["models"].items()} | {
+        "seconds": result["seconds"]
+    }
 
 
 def report_section(result: dict, smoke: bool = False) -> str:
@@ -315,9 +346,10 @@ def report_section(result: dict, smoke: bool = False) -> str:
         "an SFT changes its own content only. Style columns: share of samples whose "
         "background (median pixel, nearest named colour) is the domain's style, on content "
         "prompts (no background named) of that domain's concepts. ShapesEval on the "
-        "held-out prompts (every shape, black background). A generalist merge keeps both "
-        "styles and ShapesEval. Averaging (uniform, weighted, TIES) scales each domain's "
-        "change down to its weight; task arithmetic adds both in full.</p>",
+        "held-out prompts (every shape, black background); in brackets its difference "
+        "to the base on the same prompts and seeds, ± its standard error. A generalist "
+        "merge keeps both styles and ShapesEval. Averaging (uniform, weighted, TIES) "
+        "scales each domain's change down to its weight; task arithmetic adds both in full.</p>",
     ]
     if smoke:
         parts.append(
