@@ -15,6 +15,7 @@ from krea2.pipeline.config import DemoConfig
 from krea2.trainer import JobConfig
 
 STAGE = "rl"
+REWARD_CURVES = ("reward_rubric", "reward_shape", "reward_artifact")  # logged per iteration
 WHAT = "RL without CFG (multi-reward, GDPO) from the final pretrained model"
 HEADERS = ["model", "ShapesEval, no CFG", "all correct, no CFG", "ShapesEval, CFG",
            "all correct, CFG", "artifact reward, no CFG", "background noise, no CFG"]  # fmt: skip
@@ -64,7 +65,7 @@ def summary(result: dict) -> dict:
         "pool": result["pool"],
         **measures,
         "stopped": result["stopped"],
-        "last_rewards": {k: c[k][-1] for k in ("reward_rubric", "reward_artifact") if c[k]},
+        "last_rewards": {k: c[k][-1] for k in REWARD_CURVES if c.get(k) and c[k][-1] is not None},
         "seconds": result["seconds"],
     }
 
@@ -90,8 +91,11 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
     parts.append(
         f'<p class="note">Prompt pool: {counts} (curated from no-CFG samples of the '
         "training-concept prompts; the record of why is pool.json). Rewards: the rubric "
-        "verifier and the artifact reward (1 − P(defect), its head calibrated on the "
-        "pretrained model's own samples), aggregated by GDPO; sampling without CFG during "
+        "verifier, the artifact reward (1 − P(defect), its head calibrated on the "
+        "pretrained model's own samples) and, where shape_weight > 0, the dense shape "
+        f"fidelity (weight {result['settings'].get('shape_weight', 0)}), aggregated by "
+        f"{result['settings'].get('aggregation', 'gdpo').upper()}; DiffusionNFT's old "
+        f"policy decay {result['settings'].get('nft_old_decay', 0)}; sampling without CFG during "
         "training. Background noise: mean |high-pass| over the plain background in grey "
         "levels (krea2.rl.grpo.background_noise), which no reward sees; reward hacking "
         "laid a grid over it (~9 against ~0.5); the guard stops the run above "
@@ -104,7 +108,8 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
         f"reward {k.removeprefix('reward_')}": [
             (s, v) for s, v in zip(c["step"], c[k], strict=True) if v is not None
         ]
-        for k in ("reward_rubric", "reward_artifact")
+        for k in REWARD_CURVES
+        if c.get(k)
     }
     evals = [(s, v) for s, v in zip(c["step"], c["eval_shapes"], strict=True) if v is not None]
     if evals:

@@ -22,7 +22,7 @@ from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
 
 CURVE_KEYS = ("step", "rollout_images", "seconds", "loss", "reward_rubric", "reward_artifact",
-              "eval_shapes", "eval_all_correct", "eval_artifact", "eval_bg_noise",
+              "reward_shape", "eval_shapes", "eval_all_correct", "eval_artifact", "eval_bg_noise",
               "first_ratio_max_dev", "clip_fraction", "flat_groups", "kl")  # fmt: skip
 
 
