@@ -22,7 +22,6 @@ import argparse
 import importlib.util
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,7 +58,6 @@ def main() -> None:
     if args.steps:
         settings = replace(settings, steps=args.steps)
     saved = args.work / "result.json"
-    t0 = time.perf_counter()
     if args.report_only:
         result = json.loads(saved.read_text())
     else:
@@ -67,7 +65,6 @@ def main() -> None:
             job, len(job.stages) - 1, args.work, list(split.train), held_out, settings
         )
         saved.write_text(json.dumps(result, indent=1))
-    elapsed = time.perf_counter() - t0
     s = result["settings"]
 
     def counts(seen: dict[str, int]) -> str:
@@ -82,14 +79,17 @@ def main() -> None:
         "",
         f"The full demo's pretrained model (64 px). Domain A owns the circles (its set: circles "
         f"on maroon), domain B the squares (on teal), colours the world never draws; each set "
-        f"holds its own scenes twice and replays the base's black / dark gray scenes of every "
-        f"concept it does not own, captions with the content prompt (no background named) as "
+        f"holds {s.get('own_factor', 2)} x as many renders of each of its own concepts as it "
+        f"replays of every concept it does not own (the base's black / dark gray), captions "
+        f"with the content prompt (no background named) as "
         f"the short format. LoRA r{s['rank']}, {s['steps']} SFT steps per domain at lr "
         f"{s['lr']:g}, batch {s['batch_size']}. Style columns: share of samples whose "
         f"background (median pixel -> nearest named colour) is the domain's style, on "
         f"{s['style_prompts']} content prompts of that domain x {len(s['seeds'])} seeds "
         f"({s['sample_steps']} steps, CFG {s['cfg']:g}); ShapesEval on the {len(held_out)} "
-        f"held-out concepts on black (every shape, same seeds). SFT and sampling "
+        f"held-out concepts on black (every shape, same seeds), in brackets the difference "
+        f"to the base on the same prompts and seeds ± its standard error over the prompts. "
+        f"SFT and sampling "
         f"{result['seconds'] / 60:.1f} min on 2 CPU cores.",
         "",
         table(sft_merge.HEADERS, sft_merge.rows(result)),
@@ -98,7 +98,7 @@ def main() -> None:
         "",
         f"Command: `uv run --no-sync python benchmarks/sft_merge.py --demo DIR --seeds "
         f"{args.seeds}`{' --steps ' + str(args.steps) if args.steps else ''} "
-        f"({elapsed / 60:.1f} min this run).",
+        f"({result['seconds'] / 60:.1f} min).",
     ])  # fmt: skip
     kept = {k: v for k, v in result.items() if k != "samples"}  # no machine paths
     write_results("sft_merge", {"args": {"seeds": args.seeds, "steps": args.steps},

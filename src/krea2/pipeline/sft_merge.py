@@ -348,8 +348,9 @@ def report_section(result: dict, smoke: bool = False) -> str:
         "prompts (no background named) of that domain's concepts. ShapesEval on the "
         "held-out prompts (every shape, black background); in brackets its difference "
         "to the base on the same prompts and seeds, ± its standard error. A generalist "
-        "merge keeps both styles and ShapesEval. Averaging (uniform, weighted, TIES) "
-        "scales each domain's change down to its weight; task arithmetic adds both in full.</p>",
+        "merge keeps both styles and ShapesEval. Averaging (uniform, weighted) scales each "
+        "domain's change down to its weight; TIES keeps each entry's dominant sign and "
+        "averages only agreeing entries; task arithmetic adds both changes in full.</p>",
     ]
     if smoke:
         parts.append(
