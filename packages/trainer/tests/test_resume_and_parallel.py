@@ -13,10 +13,12 @@ import pytest
 import torch
 from trainer_test_helpers import job_toml, ranks, single, torchrun
 
+from krea2.infra import CheckpointManager
 from krea2.trainer.cli import run_job
 from krea2.trainer.merge import average
 from krea2.trainer.observe import read_metrics
 from krea2.trainer.optim import MUON_PATTERN
+from krea2.trainer.warmstart import stage_checkpoints
 
 STEPS = 10
 
@@ -32,11 +34,15 @@ def _finish(proc, what: str, timeout: float = 300) -> str:
 
 
 def _kill_at(proc, run: Path, step: int, timeout: float = 300) -> None:
-    """SIGKILL the whole job (all ranks) as soon as ``step`` is logged."""
+    """SIGKILL the whole job (all ranks) as soon as ``step`` is logged and a checkpoint is
+    complete (on loaded cores the first async save can still be in flight at ``step``, and
+    a kill then restarts the run instead of resuming it)."""
     metrics = run / "metrics.jsonl"
+    saved = CheckpointManager(stage_checkpoints(run, "pretrain"))
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if metrics.exists() and any(r["step"] >= step for r in _train_rows(run)):
+        logged = metrics.exists() and any(r["step"] >= step for r in _train_rows(run))
+        if logged and saved.latest_step() is not None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             return
