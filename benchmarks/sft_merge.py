@@ -10,8 +10,9 @@ merge code is the demo stage's (krea2.pipeline.sft_merge; its module docstring s
 the domains look as they do): domain A owns the circles and gives them a maroon background,
 domain B the squares on teal, colours the world never draws; each SFT set replays the
 base's scenes of every concept it does not own; styles are measured on content prompts
-(no background named) of each domain's concepts. The demo runs it with one seed; this
-script with ``--seeds`` (default 2) and writes the ``sft_merge`` section of
+(no background named) of each domain's concepts. The demo runs it with its [eval] seeds
+(0, 1, 2: the same numbers as ``--seeds 0,1,2`` here); this script with ``--seeds``
+(default 2) and writes the ``sft_merge`` section of
 docs/benchmarks.md and benchmarks/results/sft_merge.json. The SFT runs resume under WORK
 (``--report-only``: rewrite the section from WORK/result.json).
 """
