@@ -8,12 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 
 from krea2.dit.parallel import tp_partial_params
 from krea2.infra.checkpoint import (
@@ -36,10 +30,10 @@ from krea2.trainer.cache import latent_cache
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
-from krea2.trainer.lora import checkpoint_options
 from krea2.trainer.observe import MetricsLog, open_run_tracker
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
+from krea2.trainer.run_state import checkpoint_state, load_checkpoint_state
 from krea2.trainer.stability import SpikeDetector, Verdict
 from krea2.trainer.step import (
     Objective,
@@ -120,30 +114,6 @@ class Trainer:
         if self._exporter is not None:
             self._exporter.close()
         self.metrics.close()
-
-    def _state(self, run: StageRun) -> dict[str, Any]:
-        """What a checkpoint holds: the trainable weights' state (a LoRA stage's frozen base
-        is left out: it is its init_from, reloaded on resume), the optimizers', and the
-        objective's own tensors when it keeps any (``objective.state(run)``, e.g. the
-        RL old policy), loaded in place."""
-        module = run.module
-        state = {
-            "model": get_model_state_dict(module, options=checkpoint_options(module)),
-            "optim": get_optimizer_state_dict(module, run.optimizers),
-        }
-        objective_state = getattr(self.objective, "state", None)
-        extra = objective_state(run) if objective_state is not None else {}
-        if extra:
-            state["objective"] = extra
-        return state
-
-    def _load_state(self, run: StageRun, step=None) -> dict:
-        mgr, module, optimizers = run.checkpoints, run.module, run.optimizers
-        state = self._state(run)
-        extra = mgr.load(state, step=step)
-        set_model_state_dict(module, state["model"], options=checkpoint_options(module))
-        set_optimizer_state_dict(module, optimizers, state["optim"])
-        return extra
 
     def _indexes(self, i: int, stage: StageConfig) -> tuple[ShardIndex, ShardIndex | None]:
         index = ShardIndex(
@@ -309,7 +279,7 @@ class Trainer:
         or None when the stage has none. A corrupt newer one is reported and set aside by
         the manager; when none loads, the run stops (the module may be half-loaded)."""
         try:
-            return self._load_state(run)
+            return load_checkpoint_state(run, self.objective)
         except FileNotFoundError:
             return None
         except CheckpointCorruptError as exc:
@@ -328,7 +298,7 @@ class Trainer:
             "rng": capture_rng_state(),
             "data": {"stage": run.stage.name, "step": step, "batches_per_epoch": len(run.data)},
         }
-        state = self._state(run)
+        state = checkpoint_state(run, self.objective)
         if sync or not self.cfg.checkpoint.async_save:
             run.checkpoints.save(step, state, extra)
         else:
@@ -385,7 +355,7 @@ class Trainer:
         if stability.action is not SpikeAction.ROLLBACK or run.checkpoints.latest_step() is None:
             return None
         run.state.skip.append(step)
-        extra = self._load_state(run)
+        extra = load_checkpoint_state(run, self.objective)
         run.detector.load_state_dict(extra["stability"])
         log.warning("rolled back to step %d; batch %d will be skipped", extra["step"], step)
         return extra["step"] + 1

@@ -28,7 +28,8 @@ from krea2.dit import flow
 from krea2.rl.grpo.advantage import Aggregation, advantages, batch_moments, gdpo_sum
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.rl.grpo.guards import artifact_alarm, gate_rewards, noise_alarm
-from krea2.rl.grpo.loss import gaussian_kl, grpo_terms, nft_terms, optimality
+from krea2.rl.grpo.loss import gaussian_kl, grpo_terms
+from krea2.rl.grpo.nft_update import nft_update
 from krea2.rl.grpo.old_policy import OldPolicy
 from krea2.rl.grpo.sde import Rollout, sde_rollout, step_log_prob
 from krea2.rl.rewards import Reward
@@ -37,7 +38,6 @@ from krea2.trainer import (
     JobConfig,
     StageRun,
     all_reduce_sum,
-    draw_time_and_noise,
     finish_grads,
     sample_generator,
     stage_mu,
@@ -45,7 +45,7 @@ from krea2.trainer import (
 )
 
 # Index spaces of sample_generator(seed, step, index), far apart so they never collide.
-_WINDOW, _SHARED, _NFT = 2**40, 2**41, 2**42
+_WINDOW, _SHARED = 2**40, 2**41  # (the NFT update's: nft_update.NFT_INDEX = 2**42)
 
 EvalHook = Callable[[Any, int], dict[str, Any]]
 
@@ -252,7 +252,8 @@ class GrpoObjective:
         if self.gc.objective is RlObjective.GRPO:
             train = self._grpo(run, cfg, env, rollouts, caps, adv_t, n_global, step)
         else:
-            train = self._nft(run, cfg, env, rollouts, caps, adv, n_global, step, mu, old)
+            train = nft_update(self.gc, run, cfg, env, rollouts, caps, adv, n_global, step, mu,
+                               old)  # fmt: skip
         t3 = time.perf_counter()
         out.update(reward_metrics)
         out.update(train)
@@ -359,53 +360,4 @@ class GrpoObjective:
             "first_ratio_max_dev": float(first_dev[0]),
             "grad_norm": grad_norm,
             "window_start": rollouts[0].window[0] if rollouts[0].window else -1,
-        }
-
-    def _nft(self, run, cfg, env, rollouts, caps, adv, n_global, step, mu, old) -> dict[str, Any]:
-        gc, module, ref = self.gc, run.module, run.reference
-        dtype = next(module.dit.parameters()).dtype
-        r_all = torch.tensor(optimality(adv.reshape(-1)), dtype=torch.float32)
-        first = env.dp_rank * (n_global // env.dp)
-        acc = torch.zeros(4, dtype=torch.float64)  # loss, optimality, kl, n
-        for c, (ro, chunk_caps) in enumerate(zip(rollouts, caps, strict=True)):
-            lo = c * gc.micro_batch
-            x0 = ro.x0.to(dtype)
-            r = r_all[lo : lo + x0.shape[0]].to(env.device)
-            for j in range(gc.nft_times):
-                gens = [
-                    sample_generator(cfg.seed, step, _NFT + (first + lo + i) * gc.nft_times + j)
-                    for i in range(x0.shape[0])
-                ]
-                stage = run.stage
-                t, eps = draw_time_and_noise(gens, tuple(x0.shape[1:]), mu, stage.time_loc,
-                                             stage.time_scale)  # fmt: skip
-                t = t.to(env.device)
-                eps = eps.to(env.device, dtype)
-                x_t = flow.interpolate(x0, eps, t)
-                target = flow.velocity_target(x0, eps)
-                v_old = None
-                if old is not None:
-                    with old.swapped_in(), torch.no_grad():
-                        v_old = module(x_t, t.to(dtype), chunk_caps)[0]
-                v = module(x_t, t.to(dtype), chunk_caps)[0]
-                v_old = v.detach() if v_old is None else v_old
-                rows = nft_terms(v, v_old, target, r, gc.nft_beta)
-                kl = torch.zeros_like(rows)
-                if gc.kl_beta > 0:
-                    assert ref is not None
-                    with torch.no_grad():
-                        v_ref = ref(x_t, t.to(dtype), chunk_caps)[0]
-                    kl = (v.float() - v_ref.float()).square().flatten(1).mean(1)
-                loss = (rows + gc.kl_beta * kl).sum()
-                (loss * env.dp / (n_global * gc.nft_times)).backward()
-                acc += torch.tensor([float(rows.detach().sum()), float(r.sum()),
-                                     float(kl.detach().sum()), float(r.numel())],
-                                    dtype=torch.float64)  # fmt: skip
-        grad_norm = finish_grads(run, cfg, env)
-        acc = all_reduce_sum(acc, env)
-        return {
-            "loss": float(acc[0] / acc[3]),
-            "optimality_mean": float(acc[1] / acc[3]),
-            "kl": float(acc[2] / acc[3]),
-            "grad_norm": grad_norm,
         }
