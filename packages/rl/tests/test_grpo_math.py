@@ -180,6 +180,9 @@ def test_old_policy_soft_update_swap_and_its_pull_in_the_nft_loss():
     with old.swapped_in():
         torch.testing.assert_close(lin(x), x @ (w0 + 0.25).T + lin.bias)
     assert torch.equal(lin.weight, w0 + 1.0)  # the trained weights come back bit for bit
+    with old.swapped_in():  # again, through the buffer kept from the first swap
+        assert torch.equal(lin.weight, w0 + 0.25)
+    assert torch.equal(lin.weight, w0 + 1.0)
     copy = OldPolicy(list(lin.parameters()))
     copy.load_state_dict(old.state_dict())
     assert torch.equal(copy.old[0], old.old[0])

@@ -107,11 +107,7 @@ class GrpoObjective:
     def state(self, run: StageRun) -> dict[str, torch.Tensor]:
         """The tensors a checkpoint keeps for this objective: the old policy's, if any
         (created here at the current weights when a resume asks for the template)."""
-        if not self._keeps_old_policy():
-            return {}
-        if self._old is None:
-            self._old = OldPolicy(run.params)
-        return self._old.state_dict()
+        return self._old_of(run).state_dict() if self._keeps_old_policy() else {}
 
     def old_policy(self, run: StageRun, step: int) -> OldPolicy | None:
         """The old policy for ``step``: the current weights at the stage's first step (also
@@ -119,9 +115,13 @@ class GrpoObjective:
         previous iteration's (loaded from the checkpoint after a resume)."""
         if not self._keeps_old_policy():
             return None
-        if self._old is None:
+        old = self._old_of(run)
+        old.update(0.0 if step == 0 else self.gc.nft_old_decay)
+        return old
+
+    def _old_of(self, run: StageRun) -> OldPolicy:
+        if self._old is None:  # at the current weights; a resume then loads it in place
             self._old = OldPolicy(run.params)
-        self._old.update(0.0 if step == 0 else self.gc.nft_old_decay)
         return self._old
 
     # ------------------------------------------------------------------ rollouts

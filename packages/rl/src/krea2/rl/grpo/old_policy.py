@@ -27,6 +27,7 @@ class OldPolicy:
         self.params = list(params)
         with torch.no_grad():
             self.old = [p.detach().clone() for p in self.params]
+        self._saved: list[Tensor] | None = None  # the trained weights while swapped out
 
     @torch.no_grad()
     def update(self, decay: float) -> None:
@@ -39,16 +40,20 @@ class OldPolicy:
     @contextmanager
     def swapped_in(self) -> Iterator[None]:
         """Run the module with the old weights in place of the trained ones (no grad
-        through them), restored bit for bit afterwards."""
+        through them), restored bit for bit afterwards. The trained weights wait in one
+        buffer kept across calls: the NFT update swaps once per micro-batch, and a fresh
+        copy of the trainable weights each time would be an allocation in its hot loop."""
         with torch.no_grad():
-            saved = [p.detach().clone() for p in self.params]
-            for p, o in zip(self.params, self.old, strict=True):
+            if self._saved is None:
+                self._saved = [torch.empty_like(p) for p in self.params]
+            for p, o, s in zip(self.params, self.old, self._saved, strict=True):
+                s.copy_(p.detach())
                 p.detach().copy_(o)
         try:
             yield
         finally:
             with torch.no_grad():
-                for p, s in zip(self.params, saved, strict=True):
+                for p, s in zip(self.params, self._saved, strict=True):
                     p.detach().copy_(s)
 
     def state_dict(self) -> dict[str, Tensor]:

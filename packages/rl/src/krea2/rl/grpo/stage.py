@@ -21,6 +21,8 @@ from krea2.rl.grpo.advantage import Aggregation
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
 
+# The stage's rewards by name (shapes_rewards) -> their kind (krea2.rl.rewards.load_reward).
+REWARD_KINDS = {"rubric": "rubric", "artifact": "artifact", "shape": "shape-fidelity"}
 CURVE_KEYS = ("step", "rollout_images", "seconds", "loss", "reward_rubric", "reward_artifact",
               "reward_shape", "eval_shapes", "eval_all_correct", "eval_artifact", "eval_bg_noise",
               "first_ratio_max_dev", "clip_fraction", "flat_groups", "kl")  # fmt: skip
@@ -88,6 +90,9 @@ class RlStageSettings:
         self.grpo()  # the objective's own checks
 
     def grpo(self) -> GrpoConfig:
+        weights = {"rubric": 1.0, "artifact": self.artifact_weight}
+        if self.shape_weight > 0:
+            weights["shape"] = self.shape_weight
         return GrpoConfig(
             objective=RlObjective(self.objective), group_size=self.group_size,
             shared_noise=self.shared_noise, sample_steps=self.sample_steps,
@@ -95,10 +100,7 @@ class RlStageSettings:
             window_size=self.window_size if self.objective == "grpo" else 0,
             window_start_max=self.window_start_max if self.objective == "grpo" else 0,
             micro_batch=self.micro_batch,
-            rewards={"rubric": "rubric", "artifact": "artifact"}
-            | ({"shape": "shape-fidelity"} if self.shape_weight > 0 else {}),
-            weights={"rubric": 1.0, "artifact": self.artifact_weight}
-            | ({"shape": self.shape_weight} if self.shape_weight > 0 else {}),
+            rewards={k: REWARD_KINDS[k] for k in weights}, weights=weights,
             aggregation=Aggregation(self.aggregation), artifact_gate=self.artifact_gate,
             artifact_bound=self.artifact_bound, noise_bound=self.noise_bound,
             inner_steps=self.inner_steps, clip=self.clip,
