@@ -26,6 +26,7 @@ from krea2.rl.grpo import (
     grpo_terms,
     log_prob,
     nft_terms,
+    nft_terms_adaptive,
     noise_alarm,
     optimality,
     reason_counts,
@@ -168,6 +169,24 @@ def test_gaussian_kl_and_nft_gradient_direction():
     np.testing.assert_allclose(optimality(np.array([-3.0, 0.0, 0.5, 9.0])), [0, 0.5, 0.75, 1])
 
 
+def test_adaptive_nft_weighting_is_the_velocity_loss_scaled_per_sample_and_time():
+    g = torch.Generator().manual_seed(0)
+    x0, eps = torch.randn(3, 2, 4, 4, generator=g), torch.randn(3, 2, 4, 4, generator=g)
+    t = torch.tensor([0.2, 0.5, 0.9])
+    x_t, target = flow.interpolate(x0, eps, t), flow.velocity_target(x0, eps)
+    v_old = target + 0.3 * torch.randn(3, 2, 4, 4, generator=g)
+    v = v_old + 0.1 * torch.randn(3, 2, 4, 4, generator=g)
+    one, half = torch.ones(3), torch.full((3,), 0.5)
+    # r = 1, β = 1: x̂0 = x_t − t v, so ‖x̂0 − x0‖² = t² ‖v − target‖², over t mean|v − target|
+    rows = nft_terms_adaptive(v, v_old, x_t, t, x0, one, beta=1.0)
+    scale = t / (v - target).abs().flatten(1).mean(1)
+    torch.testing.assert_close(rows, nft_terms(v, v_old, target, one, beta=1.0) * scale)
+    # at v = v_old and r = 1/2 the pull and the push cancel: no gradient, as unweighted
+    v = v_old.clone().requires_grad_(True)
+    nft_terms_adaptive(v, v_old, x_t, t, x0, half, beta=1.0).sum().backward()
+    torch.testing.assert_close(v.grad, torch.zeros_like(v))
+
+
 def test_old_policy_soft_update_swap_and_its_pull_in_the_nft_loss():
     lin = torch.nn.Linear(3, 2)
     w0 = lin.weight.detach().clone()
@@ -268,6 +287,8 @@ def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
         GrpoConfig(noise_bound=0.9)
     with pytest.raises(ValueError, match="kl_beta"):
         GrpoConfig(kl_beta=-0.1)
+    with pytest.raises(ValueError, match="nft_weighting"):
+        GrpoConfig(objective="nft", nft_weighting="x0")
     with pytest.raises(UserError, match="empty"):
         export_prompt_shards([], tmp_path, 32, 2)
     with pytest.raises(UserError, match="prompt 1 is empty"):

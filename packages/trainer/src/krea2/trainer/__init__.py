@@ -44,6 +44,7 @@ _MODULE_OF = {
     # another objective on the same loop (krea2.rl's preference optimization)
     "Objective": "step",
     "StageRun": "step",
+    "WeightEma": "ema",
     "update_lr": "step",
     "finish_grads": "step",
     "sample_generator": "objective",

@@ -224,9 +224,15 @@ class StageConfig:
     # (krea2.dit.patch_resize), e.g. 32 px at patch 4 then 64 px at patch 8: the same token
     # grid and cost per step, the model starting as its own upsampled self.
     patch: int | None = None
+    # > 0: keep an EMA of the trainable weights (this decay per optimizer step, averaging
+    # about the last 1 / (1 - decay) steps); the stage's result (its last checkpoint, its
+    # LoRA adapters, the next stage's start) is the average. Checkpoints hold it.
+    ema_decay: float = 0.0
 
     def __post_init__(self) -> None:
         parse_enum_fields(self)
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"stage {self.name!r}: ema_decay={self.ema_decay} must be in [0, 1)")
         if self.steps <= 0:
             raise ValueError(f"stage {self.name!r}: steps={self.steps} must be positive")
         if self.batch_size <= 0:

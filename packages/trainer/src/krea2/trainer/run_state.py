@@ -18,7 +18,8 @@ from krea2.trainer.step import Objective, StageRun
 def checkpoint_state(run: StageRun, objective: Objective | None) -> dict[str, Any]:
     """The trainable weights' state (a LoRA stage's frozen base is left out: it is its
     init_from, reloaded on resume), the optimizers', and the objective's own tensors when
-    it keeps any (``objective.state(run)``, e.g. the RL old policy). FSDP-aware: DTensors
+    it keeps any (``objective.state(run)``, e.g. the RL old policy), and the stage's weight
+    EMA when it keeps one. FSDP-aware: DTensors
     stay sharded, and a load fills these same tensors in place."""
     module = run.module
     state = {
@@ -29,6 +30,8 @@ def checkpoint_state(run: StageRun, objective: Objective | None) -> dict[str, An
     extra = objective_state(run) if objective_state is not None else {}
     if extra:
         state["objective"] = extra
+    if run.ema is not None:
+        state["ema"] = run.ema.state_dict()
     return state
 
 

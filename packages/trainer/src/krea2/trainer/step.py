@@ -17,6 +17,7 @@ from krea2.trainer.captions import choose_captions
 from krea2.trainer.config import JobConfig, StageConfig
 from krea2.trainer.data import ShardIndex
 from krea2.trainer.distributed import DistEnv, all_reduce_sum
+from krea2.trainer.ema import WeightEma
 from krea2.trainer.evaluate import to_unit
 from krea2.trainer.objective import (
     TIME_BUCKETS,
@@ -62,6 +63,7 @@ class StageRun:
     encoder: nn.Module | None = None  # iREPA's frozen encoder, while iREPA is on
     # a frozen copy of the weights the stage started from, when its objective asks for one
     reference: TrainModule | None = None
+    ema: WeightEma | None = None  # the stage's weight average, with stage.ema_decay > 0
 
 
 class Objective(Protocol):

@@ -30,6 +30,7 @@ from krea2.trainer.cache import latent_cache
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
+from krea2.trainer.ema import WeightEma
 from krea2.trainer.observe import MetricsLog, open_run_tracker
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
@@ -154,6 +155,8 @@ class Trainer:
             raise
         run.checkpoints.wait()
         if last_saved != stage.steps - 1:
+            if run.ema is not None:  # the stage's result is its average (ema_decay)
+                run.ema.copy_to_params()
             self._save(run, stage.steps - 1, sync=True)
         self.reports.finish(stage, run.module, eval_index)
         if self.env.is_main:
@@ -252,14 +255,19 @@ class Trainer:
         )
         if stage.lora.enabled:  # the frozen base, which checkpoints do not hold
             warm_start(cfg, i, module, env.distributed)
+        if stage.ema_decay > 0:  # a template a resume loads in place; else reset below
+            run.ema = WeightEma(run.params)
         extra = self._resume_from_checkpoint(run) if self.resume else None
         if extra is not None:
             run.state = StageState(extra["step"] + 1, extra["skip"], extra["stability"])
             run.detector.load_state_dict(extra["stability"])
             restore_rng_state(extra["rng"])
             log.info("resumed stage %s at step %d", stage.name, run.state.step)
-        elif not stage.lora.enabled:
-            warm_start(cfg, i, module, env.distributed)
+        else:
+            if not stage.lora.enabled:
+                warm_start(cfg, i, module, env.distributed)
+            if run.ema is not None:  # the average starts at the stage's starting weights
+                run.ema.update(0.0)
         if stage.irepa.steps > run.state.step:
             from krea2.trainer.irepa import build_encoder
 
@@ -320,6 +328,8 @@ class Trainer:
             opt.step()
         for opt in run.optimizers:
             opt.zero_grad(set_to_none=True)
+        if run.ema is not None:
+            run.ema.update(stage.ema_decay)
         fp8 = stage.float8 is Float8Recipe.TENSORWISE and not stage.float8_emulate
         if fp8 and self.env.distributed:
             # float8 FSDP all-gathers need the new weights' scales: once for all blocks

@@ -24,6 +24,7 @@ _HOMES: dict[str, str | None] = {
     "grpo_terms": "loss",
     "gaussian_kl": "loss",
     "nft_terms": "loss",
+    "nft_terms_adaptive": "loss",
     "optimality": "loss",
     "OldPolicy": "old_policy",
     # pool curation and guards

@@ -15,6 +15,8 @@ from enum import StrEnum
 
 from krea2.rl.grpo.advantage import Aggregation
 
+NFT_WEIGHTINGS = ("velocity", "adaptive")
+
 
 class RlObjective(StrEnum):
     GRPO = "grpo"
@@ -48,7 +50,9 @@ class GrpoConfig:
     (DiffusionNFT): ``nft_beta``, ``nft_times`` forward-process times per image,
     ``nft_old_decay``: the sampling policy that rolls out and gives v_old is an EMA of the
     trained weights with this decay per iteration (0: the current weights;
-    :mod:`krea2.rl.grpo.old_policy`), and
+    :mod:`krea2.rl.grpo.old_policy`), ``nft_weighting``: ``velocity`` (the squared velocity
+    error) or ``adaptive`` (DiffusionNFT's: the clean-sample error normalised per sample,
+    :func:`krea2.rl.grpo.loss.nft_terms_adaptive`), and
     ``kl_beta`` x ‖v_θ - v_ref‖² (element mean, at the same noisy points) to the
     reference. With ``kl_beta`` > 0 the trainer keeps a frozen reference (the pre-RL
     weights)."""
@@ -73,6 +77,7 @@ class GrpoConfig:
     nft_beta: float = 1.0
     nft_times: int = 1
     nft_old_decay: float = 0.0
+    nft_weighting: str = "velocity"
     adv_clip: float = 5.0
 
     def __post_init__(self) -> None:
@@ -111,6 +116,10 @@ class GrpoConfig:
             raise ValueError(f"noise_bound={self.noise_bound} must be > 1 (a growth factor)")
         if not 0 <= self.nft_old_decay < 1:
             raise ValueError(f"nft_old_decay={self.nft_old_decay} must be in [0, 1)")
+        if self.nft_weighting not in NFT_WEIGHTINGS:
+            raise ValueError(
+                f"nft_weighting={self.nft_weighting!r} is not one of {', '.join(NFT_WEIGHTINGS)}"
+            )
         if self.kl_beta < 0:
             raise ValueError(f"kl_beta={self.kl_beta} must be >= 0")
         if not 0 < self.clip < 1:

@@ -10,7 +10,7 @@ import torch
 
 from krea2.dit import flow
 from krea2.rl.grpo.config import GrpoConfig
-from krea2.rl.grpo.loss import nft_terms, optimality
+from krea2.rl.grpo.loss import nft_terms, nft_terms_adaptive, optimality
 from krea2.rl.grpo.old_policy import OldPolicy
 from krea2.rl.grpo.sde import Rollout
 from krea2.trainer import (
@@ -74,7 +74,10 @@ def nft_update(
                     v_old = module(x_t, t.to(dtype), chunk_caps)[0]
             v = module(x_t, t.to(dtype), chunk_caps)[0]
             v_old = v.detach() if v_old is None else v_old
-            rows = nft_terms(v, v_old, target, r, gc.nft_beta)
+            if gc.nft_weighting == "adaptive":
+                rows = nft_terms_adaptive(v, v_old, x_t, t, x0, r, gc.nft_beta)
+            else:
+                rows = nft_terms(v, v_old, target, r, gc.nft_beta)
             kl = torch.zeros_like(rows)
             if gc.kl_beta > 0:
                 assert ref is not None

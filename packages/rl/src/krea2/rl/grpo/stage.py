@@ -34,7 +34,9 @@ class RlStageSettings:
 
     Pool: up to ``max_train_prompts`` training prompts, curated from ``pool_samples``
     no-CFG samples each (dropped: always solved, never solved, no variance). Training:
-    ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``;
+    ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``
+    (decaying linearly to 0 over the last ``lr_decay_ratio`` of the steps; with
+    ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration);
     the objective and rollouts as :class:`GrpoConfig` (rewards: the rubric verifier and the
     artifact reward with ``artifact_weight``, and with ``shape_weight`` > 0 the dense
     shape-fidelity reward (:class:`krea2.rl.rewards.ShapeFidelityReward`); the artifact
@@ -49,6 +51,8 @@ class RlStageSettings:
     prompts_per_step: int = 8
     group_size: int = 8
     lr: float = 3e-4
+    lr_decay_ratio: float = 0.0
+    ema_decay: float = 0.0
     max_train_prompts: int = 64
     pool_samples: int = 4
     sample_steps: int = 10
@@ -62,6 +66,7 @@ class RlStageSettings:
     nft_beta: float = 1.0
     nft_times: int = 1
     nft_old_decay: float = 0.0
+    nft_weighting: str = "velocity"
     aggregation: str = "gdpo"
     artifact_weight: float = 0.5
     shape_weight: float = 0.0
@@ -83,6 +88,10 @@ class RlStageSettings:
         for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0 <= self.lr_decay_ratio <= 1:
+            raise ValueError(f"lr_decay_ratio={self.lr_decay_ratio} must be in [0, 1]")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay={self.ema_decay} must be in [0, 1)")
         if self.calibration_seeds < 0:
             raise ValueError(f"calibration_seeds={self.calibration_seeds} must be >= 0")
         if self.objective not in ("grpo", "nft"):
@@ -105,7 +114,7 @@ class RlStageSettings:
             artifact_bound=self.artifact_bound, noise_bound=self.noise_bound,
             inner_steps=self.inner_steps, clip=self.clip,
             kl_beta=self.kl_beta, nft_beta=self.nft_beta, nft_times=self.nft_times,
-            nft_old_decay=self.nft_old_decay,
+            nft_old_decay=self.nft_old_decay, nft_weighting=self.nft_weighting,
         )  # fmt: skip
 
 
@@ -293,7 +302,8 @@ def rl_stage(
         export_prompt_shards(pool, tmp, side, s.prompts_per_step)
         tmp.rename(shards)
     job = rl_job(pretrain_job, stage_index, run_dir, shards, s.steps, s.prompts_per_step, s.lr,
-                 0, s.lora_rank, s.checkpoint_every, 1)  # fmt: skip
+                 0, s.lora_rank, s.checkpoint_every, 1, s.lr_decay_ratio,
+                 s.ema_decay)  # fmt: skip
     hook = make_eval_hook(job, len(job.stages) - 1, list(eval_prompts), list(eval_targets),
                           rewards, s)  # fmt: skip
     stopped = None

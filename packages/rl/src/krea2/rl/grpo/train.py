@@ -33,7 +33,8 @@ class RlRunConfig:
     checkpoint) of the ``krea2 train`` run ``pretrained``, RL-train on the prompts of
     ``prompts_file`` (one per line) into ``run_dir``: ``steps`` iterations of
     ``prompts_per_step`` prompts (x ``grpo.group_size`` images) at ``lr`` (constant after
-    ``warmup_steps``), full fine-tuning or LoRA of rank ``lora_rank``, checkpoints every
+    ``warmup_steps``, decaying linearly to 0 over the last ``lr_decay_ratio`` of the
+    steps), the result the EMA of the weights with ``ema_decay`` > 0 (per iteration), full fine-tuning or LoRA of rank ``lora_rank``, checkpoints every
     ``checkpoint_every`` steps (0: at the end); ``[grpo]`` is the
     objective (:class:`GrpoConfig`)."""
 
@@ -45,6 +46,8 @@ class RlRunConfig:
     prompts_per_step: int = 8
     lr: float = 1e-5
     warmup_steps: int = 0
+    lr_decay_ratio: float = 0.0
+    ema_decay: float = 0.0
     lora_rank: int = 0
     checkpoint_every: int = 20
     log_every: int = 1
@@ -58,6 +61,10 @@ class RlRunConfig:
             raise ValueError(
                 f"checkpoint_every={self.checkpoint_every} must be >= 0 (0: at the end)"
             )
+        if not 0 <= self.lr_decay_ratio <= 1:
+            raise ValueError(f"lr_decay_ratio={self.lr_decay_ratio} must be in [0, 1]")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay={self.ema_decay} must be in [0, 1)")
         if self.lr <= 0:
             raise ValueError(f"lr={self.lr} must be positive")
 
@@ -74,10 +81,14 @@ def rl_job(
     lora_rank: int = 0,
     checkpoint_every: int = 20,
     log_every: int = 1,
+    decay_ratio: float = 0.0,
+    ema_decay: float = 0.0,
 ) -> JobConfig:
     """``pretrain``'s stages up to ``stage_index``, then stage ``rl`` on the prompt shards
     under ``shards`` (same resolution, patch and time shift; ``prompts_per_step`` prompts
-    per step; constant lr after ``warmup_steps``; no spike guard: RL losses are not flow
+    per step; lr constant after ``warmup_steps``, then decaying linearly to 0 over the last
+    ``decay_ratio`` of the steps; the result the EMA of the weights with ``ema_decay`` > 0
+    (``StageConfig.ema_decay``); no spike guard: RL losses are not flow
     losses; LoRA of ``lora_rank`` or full fine-tuning). Link the pretrained stage with
     :func:`krea2.rl.preference.stage_job.link_pretrained` before training."""
     if not 0 <= stage_index < len(pretrain.stages):
@@ -89,7 +100,9 @@ def rl_job(
         base, name=RL_STAGE, data=[f"{shards}/*.parquet"], eval_data=[], steps=steps,
         batch_size=prompts_per_step, lr=lr, caption_weights={"medium": 1.0},
         caption_dropout=0.0,
-        schedule=ScheduleConfig(warmup_steps=min(warmup_steps, steps - 1), decay_ratio=0.0),
+        schedule=ScheduleConfig(warmup_steps=min(warmup_steps, steps - 1),
+                                decay_ratio=decay_ratio),
+        ema_decay=ema_decay,
         irepa=IrepaConfig(), init_from="previous", lora=LoraConfig(rank=lora_rank),
     )  # fmt: skip
     return replace(
@@ -174,7 +187,8 @@ def run_from_config(path: str | Path | None, overrides: Sequence[str], resume: b
         side = pretrain.stages[index].resolution
         export_prompt_shards(prompts, shards, side, rc.prompts_per_step)
     job = rl_job(pretrain, index, run_dir, shards, rc.steps, rc.prompts_per_step, rc.lr,
-                 rc.warmup_steps, rc.lora_rank, rc.checkpoint_every, rc.log_every)  # fmt: skip
+                 rc.warmup_steps, rc.lora_rank, rc.checkpoint_every, rc.log_every,
+                 rc.lr_decay_ratio, rc.ema_decay)  # fmt: skip
     if not resume and list((run_dir / "checkpoints" / RL_STAGE).glob("step-*")):
         raise UserError(
             f"{run_dir} already holds RL checkpoints; pass --resume to continue it or choose "
