@@ -32,6 +32,7 @@ from krea2.rl.grpo import (
     reason_counts,
     sde_rollout,
     step_log_prob,
+    training_pool,
     transition,
 )
 from krea2.rl.grpo.advantage import batch_moments, gdpo_sum
@@ -228,6 +229,16 @@ def test_pool_verdicts_and_their_reasons():
     assert recs[3].std == pytest.approx(np.std([0, 0.5, 1]))
     with pytest.raises(ValueError, match="prompts"):
         curate_pool(["a"], scores)
+    # the training pool: kept prompts, repeated by how often they fail (up to hard_repeats)
+    scores = np.array([[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 1, 1]], np.float64)
+    recs = curate_pool(["solved", "hopeless", "hard", "easy"], scores)
+    assert training_pool(recs) == ["hard", "easy"]
+    assert training_pool(recs, hard_repeats=5) == ["hard"] * 4 + ["easy"] * 2
+    assert (
+        training_pool(recs, 5, keep_unsolved=True) == ["hopeless"] * 5 + ["hard"] * 4 + ["easy"] * 2
+    )
+    with pytest.raises(ValueError, match="hard_repeats"):
+        training_pool(recs, hard_repeats=0)
 
 
 def test_artifact_gate_takes_the_gain_of_a_defective_image():

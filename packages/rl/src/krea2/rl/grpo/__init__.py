@@ -31,6 +31,7 @@ _HOMES: dict[str, str | None] = {
     "PromptRecord": "pool",
     "curate_pool": "pool",
     "kept_prompts": "pool",
+    "training_pool": "pool",
     "reason_counts": "pool",
     "pool_statistics": "pool",
     "gate_rewards": "guards",

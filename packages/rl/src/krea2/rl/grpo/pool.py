@@ -72,6 +72,24 @@ def kept_prompts(records: Sequence[PromptRecord]) -> list[str]:
     return [r.prompt for r in records if r.kept]
 
 
+def training_pool(
+    records: Sequence[PromptRecord], hard_repeats: int = 1, keep_unsolved: bool = False
+) -> list[str]:
+    """The prompts to train on, in record order: the kept ones, and the never-solved ones
+    with ``keep_unsolved`` (worth training on when a dense reward gives their groups a
+    spread the pass/fail one does not); each repeated 1 + round((``hard_repeats`` - 1)
+    (1 - mean)) times, ``mean`` its pool mean reward in [0, 1], so that the prompts the
+    model fails most are drawn up to ``hard_repeats`` times as often as the nearly solved."""
+    if hard_repeats < 1:
+        raise ValueError(f"hard_repeats={hard_repeats} must be at least 1")
+    out = []
+    for r in records:
+        if r.kept or (keep_unsolved and r.reason == UNSOLVED):
+            miss = 1.0 - min(max(r.mean, 0.0), 1.0)
+            out += [r.prompt] * (1 + int((hard_repeats - 1) * miss + 0.5))
+    return out
+
+
 def reason_counts(records: Sequence[PromptRecord]) -> dict[str, int]:
     """How many prompts each verdict got (every verdict listed, zeros included)."""
     return {k: sum(r.reason == k for r in records) for k in (KEEP, SOLVED, UNSOLVED, FLAT)}

@@ -33,7 +33,9 @@ class RlStageSettings:
     """How big the RL stage is (a demo recipe's ``[rl]`` table; docs/rl.md).
 
     Pool: up to ``max_train_prompts`` training prompts, curated from ``pool_samples``
-    no-CFG samples each (dropped: always solved, never solved, no variance). Training:
+    no-CFG samples each (dropped: always solved, never solved unless ``keep_unsolved``, no
+    variance; the harder a kept prompt, the more often it is drawn, up to ``hard_repeats``
+    times: :func:`krea2.rl.grpo.pool.training_pool`). Training:
     ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``
     (decaying linearly to 0 over the last ``lr_decay_ratio`` of the steps; with
     ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration);
@@ -55,6 +57,8 @@ class RlStageSettings:
     ema_decay: float = 0.0
     max_train_prompts: int = 64
     pool_samples: int = 4
+    keep_unsolved: bool = False
+    hard_repeats: int = 1
     sample_steps: int = 10
     noise_level: float = 0.7
     window_size: int = 2
@@ -85,7 +89,8 @@ class RlStageSettings:
     checkpoint_every: int = 20
 
     def __post_init__(self) -> None:
-        for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples"):
+        for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples",
+                     "hard_repeats"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if not 0 <= self.lr_decay_ratio <= 1:
@@ -230,10 +235,10 @@ def rl_stage(
     from krea2.infra.errors import UserError
     from krea2.rl.grpo.pool import (
         curate_pool,
-        kept_prompts,
         pool_statistics,
         read_records,
         reason_counts,
+        training_pool,
         write_records,
     )
     from krea2.rl.grpo.prompts import export_prompt_shards
@@ -272,7 +277,7 @@ def rl_stage(
         write_records(pool_path, curate_pool(prompts, scores),
                       {"samples": s.pool_samples, "steps": s.sample_steps, "cfg": 0.0})  # fmt: skip
     records = read_records(pool_path)
-    pool = kept_prompts(records) or prompts  # all solved/unsolved: train on them anyway
+    pool = training_pool(records, s.hard_repeats, s.keep_unsolved) or prompts  # else all
     seconds["pool"] = time.perf_counter() - t
 
     def evaluate(job: JobConfig, index: int, tag: str, with_cfg: bool = True) -> dict:

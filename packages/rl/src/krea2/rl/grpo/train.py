@@ -34,9 +34,9 @@ class RlRunConfig:
     ``prompts_file`` (one per line) into ``run_dir``: ``steps`` iterations of
     ``prompts_per_step`` prompts (x ``grpo.group_size`` images) at ``lr`` (constant after
     ``warmup_steps``, decaying linearly to 0 over the last ``lr_decay_ratio`` of the
-    steps), the result the EMA of the weights with ``ema_decay`` > 0 (per iteration), full fine-tuning or LoRA of rank ``lora_rank``, checkpoints every
-    ``checkpoint_every`` steps (0: at the end); ``[grpo]`` is the
-    objective (:class:`GrpoConfig`)."""
+    steps), the result the EMA of the weights with ``ema_decay`` > 0 (per iteration), full
+    fine-tuning or LoRA of rank ``lora_rank``, checkpoints every ``checkpoint_every`` steps
+    (0: at the end); ``[grpo]`` is the objective (:class:`GrpoConfig`)."""
 
     pretrained: str = ""
     stage: str | None = None
