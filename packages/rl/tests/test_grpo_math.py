@@ -237,6 +237,7 @@ def test_pool_verdicts_and_their_reasons():
     assert (
         training_pool(recs, 5, keep_unsolved=True) == ["hopeless"] * 5 + ["hard"] * 4 + ["easy"] * 2
     )
+    assert training_pool(recs, 2, keep_solved=True) == ["solved", "hard", "hard", "easy"]
     with pytest.raises(ValueError, match="hard_repeats"):
         training_pool(recs, hard_repeats=0)
 

@@ -73,18 +73,27 @@ def kept_prompts(records: Sequence[PromptRecord]) -> list[str]:
 
 
 def training_pool(
-    records: Sequence[PromptRecord], hard_repeats: int = 1, keep_unsolved: bool = False
+    records: Sequence[PromptRecord],
+    hard_repeats: int = 1,
+    keep_unsolved: bool = False,
+    keep_solved: bool = False,
 ) -> list[str]:
-    """The prompts to train on, in record order: the kept ones, and the never-solved ones
-    with ``keep_unsolved`` (worth training on when a dense reward gives their groups a
-    spread the pass/fail one does not); each repeated 1 + round((``hard_repeats`` - 1)
+    """The prompts to train on, in record order: the kept ones, the never-solved ones with
+    ``keep_unsolved`` and the always-solved ones with ``keep_solved`` (worth training on
+    when a dense reward gives their groups a spread the pass/fail one does not, and the
+    solved ones anchor what the hard ones' updates would otherwise trade away); each
+    repeated 1 + round((``hard_repeats`` - 1)
     (1 - mean)) times, ``mean`` its pool mean reward in [0, 1], so that the prompts the
     model fails most are drawn up to ``hard_repeats`` times as often as the nearly solved."""
     if hard_repeats < 1:
         raise ValueError(f"hard_repeats={hard_repeats} must be at least 1")
     out = []
     for r in records:
-        if r.kept or (keep_unsolved and r.reason == UNSOLVED):
+        if (
+            r.kept
+            or (keep_unsolved and r.reason == UNSOLVED)
+            or (keep_solved and r.reason == SOLVED)
+        ):
             miss = 1.0 - min(max(r.mean, 0.0), 1.0)
             out += [r.prompt] * (1 + int((hard_repeats - 1) * miss + 0.5))
     return out

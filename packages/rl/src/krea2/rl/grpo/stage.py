@@ -33,9 +33,9 @@ class RlStageSettings:
     """How big the RL stage is (a demo recipe's ``[rl]`` table; docs/rl.md).
 
     Pool: up to ``max_train_prompts`` training prompts, curated from ``pool_samples``
-    no-CFG samples each (dropped: always solved, never solved unless ``keep_unsolved``, no
-    variance; the harder a kept prompt, the more often it is drawn, up to ``hard_repeats``
-    times: :func:`krea2.rl.grpo.pool.training_pool`). Training:
+    no-CFG samples each (dropped: always solved unless ``keep_solved``, never solved unless
+    ``keep_unsolved``, no variance; the harder a kept prompt, the more often it is drawn,
+    up to ``hard_repeats`` times: :func:`krea2.rl.grpo.pool.training_pool`). Training:
     ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``
     (decaying linearly to 0 over the last ``lr_decay_ratio`` of the steps; with
     ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration);
@@ -58,6 +58,7 @@ class RlStageSettings:
     max_train_prompts: int = 64
     pool_samples: int = 4
     keep_unsolved: bool = False
+    keep_solved: bool = False
     hard_repeats: int = 1
     sample_steps: int = 10
     noise_level: float = 0.7
@@ -277,7 +278,7 @@ def rl_stage(
         write_records(pool_path, curate_pool(prompts, scores),
                       {"samples": s.pool_samples, "steps": s.sample_steps, "cfg": 0.0})  # fmt: skip
     records = read_records(pool_path)
-    pool = training_pool(records, s.hard_repeats, s.keep_unsolved) or prompts  # else all
+    pool = training_pool(records, s.hard_repeats, s.keep_unsolved, s.keep_solved) or prompts
     seconds["pool"] = time.perf_counter() - t
 
     def evaluate(job: JobConfig, index: int, tag: str, with_cfg: bool = True) -> dict:
