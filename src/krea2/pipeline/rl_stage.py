@@ -88,9 +88,21 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
 
     parts = [html.table(HEADERS, rows(result))]
     counts = ", ".join(f"{v} {k}" for k, v in result["pool"].items())
+    st = result["settings"]
+    pool = (
+        f"{result.get('pool_prompts', '?')} entries drawn from: the kept prompts"
+        + (", the never-solved ones" if st.get("keep_unsolved") else "")
+        + (", the always-solved ones" if st.get("keep_solved") else "")
+        + (
+            f", the hardest up to {st['hard_repeats']} x as often"
+            if st.get("hard_repeats", 1) > 1
+            else ""
+        )
+    )
     parts.append(
         f'<p class="note">Prompt pool: {counts} (curated from no-CFG samples of the '
-        "training-concept prompts; the record of why is pool.json). Rewards: the rubric "
+        f"training-concept prompts; the record of why is pool.json); trained on {pool}. "
+        f"DiffusionNFT loss weighting: {st.get('nft_weighting', 'velocity')}. Rewards: the rubric "
         "verifier, the artifact reward (1 − P(defect), its head calibrated on the "
         "pretrained model's own samples) and, where shape_weight > 0, the dense shape "
         f"fidelity (weight {result['settings'].get('shape_weight', 0)}), aggregated by "

@@ -19,8 +19,8 @@ def checkpoint_state(run: StageRun, objective: Objective | None) -> dict[str, An
     """The trainable weights' state (a LoRA stage's frozen base is left out: it is its
     init_from, reloaded on resume), the optimizers', and the objective's own tensors when
     it keeps any (``objective.state(run)``, e.g. the RL old policy), and the stage's weight
-    EMA when it keeps one. FSDP-aware: DTensors
-    stay sharded, and a load fills these same tensors in place."""
+    EMA when it keeps one. FSDP-aware: DTensors stay sharded, and a load fills these same
+    tensors in place."""
     module = run.module
     state = {
         "model": get_model_state_dict(module, options=checkpoint_options(module)),

@@ -82,9 +82,9 @@ def training_pool(
     ``keep_unsolved`` and the always-solved ones with ``keep_solved`` (worth training on
     when a dense reward gives their groups a spread the pass/fail one does not, and the
     solved ones anchor what the hard ones' updates would otherwise trade away); each
-    repeated 1 + round((``hard_repeats`` - 1)
-    (1 - mean)) times, ``mean`` its pool mean reward in [0, 1], so that the prompts the
-    model fails most are drawn up to ``hard_repeats`` times as often as the nearly solved."""
+    repeated 1 + round((``hard_repeats`` - 1)(1 - mean)) times, ``mean`` its pool mean
+    reward in [0, 1], so that the prompts the model fails most are drawn up to
+    ``hard_repeats`` times as often as the nearly solved."""
     if hard_repeats < 1:
         raise ValueError(f"hard_repeats={hard_repeats} must be at least 1")
     out = []
