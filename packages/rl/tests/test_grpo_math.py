@@ -301,6 +301,14 @@ def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
         GrpoConfig(kl_beta=-0.1)
     with pytest.raises(ValueError, match="nft_weighting"):
         GrpoConfig(objective="nft", nft_weighting="x0")
+    from krea2.rl.grpo import RlRunConfig, RlStageSettings
+
+    for bad in ({"hard_repeats": 0}, {"lr_decay_ratio": 1.5}, {"ema_decay": 1.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RlStageSettings(**bad)
+    for bad in ({"lr_decay_ratio": -0.1}, {"ema_decay": -0.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RlRunConfig(**bad)
     with pytest.raises(UserError, match="empty"):
         export_prompt_shards([], tmp_path, 32, 2)
     with pytest.raises(UserError, match="prompt 1 is empty"):
