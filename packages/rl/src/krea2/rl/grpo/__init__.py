@@ -30,7 +30,6 @@ _HOMES: dict[str, str | None] = {
     # pool curation and guards
     "PromptRecord": "pool",
     "curate_pool": "pool",
-    "kept_prompts": "pool",
     "training_pool": "pool",
     "reason_counts": "pool",
     "pool_statistics": "pool",

@@ -68,10 +68,6 @@ def curate_pool(
     return out
 
 
-def kept_prompts(records: Sequence[PromptRecord]) -> list[str]:
-    return [r.prompt for r in records if r.kept]
-
-
 def training_pool(
     records: Sequence[PromptRecord],
     hard_repeats: int = 1,
