@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from krea2.curate.shapes import concept_scene, render
-from krea2.rl.rewards import ShapeFidelityReward, load_reward, shape_fidelity_score
+from krea2.curate.shapes import COLORS, concept_scene, render
+from krea2.rl.rewards import (
+    ShapeFidelityReward,
+    load_reward,
+    shape_fidelity_score,
+    shape_fidelity_terms,
+)
 
 
 def _image(color: str, shape: str, cell: int = 4) -> np.ndarray:
@@ -39,3 +44,33 @@ def test_by_name_and_bad_input() -> None:
     assert shape_fidelity_score("a picture", _image("red", "circle")) == (1.0, 1.0)  # nothing asked
     with pytest.raises(ValueError, match="prompts"):
         ShapeFidelityReward()(np.stack([_image("red", "circle")]), ["a", "b"])
+
+
+def test_whole_asks_for_one_piece_and_counts_what_the_prompt_asks_for() -> None:
+    one = _image("yellow", "triangle")
+    split = one.copy()
+    ys, xs = np.nonzero(one.sum(-1) > 0)
+    mid = (ys.min() + ys.max()) // 2
+    split[mid - 1 : mid + 2] = 0  # a dark band across: the triangle in two pieces
+    prompt = ["A yellow triangle in the center."] * 2
+    iou_one, margin_one, whole_one = shape_fidelity_terms(prompt[0], one)
+    assert whole_one == 1.0 and (iou_one, margin_one) == shape_fidelity_score(prompt[0], one)
+    _, _, whole_split = shape_fidelity_terms(prompt[0], split)
+    assert 0.2 < whole_split < 0.9  # the largest piece's share of the yellow pixels
+    blob = one.copy()
+    x = int(xs.mean())
+    blob[mid : mid + 6, x - 3 : x + 3] = COLORS["orange"]
+    assert shape_fidelity_terms(prompt[0], blob)[2] < 1  # an orange blob inside: not asked for
+    plain = ShapeFidelityReward()(np.stack([one, split]), prompt)
+    whole = ShapeFidelityReward(whole=True)(np.stack([one, split]), prompt)
+    np.testing.assert_allclose(whole.scores, plain.scores * whole.sub_scores["whole"])
+    assert whole.scores[1] < plain.scores[1] and whole.scores[0] == plain.scores[0]
+    assert isinstance(load_reward("shape-fidelity:whole"), ShapeFidelityReward)
+    assert load_reward("shape-fidelity:whole").whole and not load_reward("shape-fidelity").whole
+    with pytest.raises(ValueError, match="unknown reward"):
+        load_reward("shape-fidelity:halves")
+    # Two objects of one colour asked for: two pieces are both counted whole.
+    two = np.maximum(_image("red", "circle", 0), _image("red", "square", 8))
+    assert shape_fidelity_terms("A red circle in the top left and a red square in the "
+                                "bottom right.", two)[2] == 1.0  # fmt: skip
+    assert shape_fidelity_terms("a picture", one) == (1.0, 1.0, 1.0)  # nothing asked

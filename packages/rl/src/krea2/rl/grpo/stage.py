@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,8 @@ class RlStageSettings:
     ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration);
     the objective and rollouts as :class:`GrpoConfig` (rewards: the rubric verifier and the
     artifact reward with ``artifact_weight``, and with ``shape_weight`` > 0 the dense
-    shape-fidelity reward (:class:`krea2.rl.rewards.ShapeFidelityReward`); the artifact
+    shape-fidelity reward (:class:`krea2.rl.rewards.ShapeFidelityReward`; with
+    ``shape_whole`` it also asks for each object in one piece); the artifact
     head is calibrated on ``calibration_seeds``
     no-CFG samples per training prompt of the pretrained model; 0: trained on renders alone;
     ``noise_bound``: the background-noise guard). Evaluation: the held-out prompts x
@@ -75,6 +76,7 @@ class RlStageSettings:
     aggregation: str = "gdpo"
     artifact_weight: float = 0.5
     shape_weight: float = 0.0
+    shape_whole: bool = False
     artifact_gate: float | None = None
     artifact_bound: float | None = 0.5
     calibration_seeds: int = 2
@@ -124,9 +126,14 @@ class RlStageSettings:
         )  # fmt: skip
 
 
-def shapes_rewards(work: Path, samples=None) -> dict:  # type: ignore[no-untyped-def]
+def shapes_rewards(
+    work: Path,
+    samples: Callable[[], np.ndarray] | None = None,
+    shape_whole: bool = False,
+) -> dict:
     """The ShapesWorld rewards: ``rubric`` (the verifier, no OCR), ``shape`` (the dense
-    shape fidelity, :class:`krea2.rl.rewards.ShapeFidelityReward`) and ``artifact`` (its
+    shape fidelity, :class:`krea2.rl.rewards.ShapeFidelityReward`, its ``whole`` term with
+    ``shape_whole``) and ``artifact`` (its
     head trained once, ~10 s: on renders into ``work/artifact.npz``, or with ``samples``,
     a callable returning the model's own samples uint8 [B, H, W, 3], calibrated on them,
     :func:`krea2.rl.rewards.calibrate_artifact_reward`, into
@@ -150,7 +157,7 @@ def shapes_rewards(work: Path, samples=None) -> dict:  # type: ignore[no-untyped
             artifact = calibrate_artifact_reward(samples(), n=400, seed=0, path=path, epochs=200)
     return {
         "rubric": ShapesRubricReward(ocr=False),
-        "shape": ShapeFidelityReward(),
+        "shape": ShapeFidelityReward(whole=shape_whole),
         "artifact": artifact,
     }
 
@@ -266,7 +273,9 @@ def rl_stage(
         images = sample_stage(pretrain_job, stage_index, prompts, seeds, s.sample_steps, 0.0)
         return images.reshape(-1, *images.shape[2:])
 
-    rewards = shapes_rewards(work, calibration_samples if s.calibration_seeds else None)
+    rewards = shapes_rewards(
+        work, calibration_samples if s.calibration_seeds else None, s.shape_whole
+    )
     seconds["artifact_head"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -26,6 +26,7 @@ _HOMES: dict[str, str | None] = {
     "ShapesRubricReward": "rubric_shapes",
     "ShapeFidelityReward": "shape_fidelity",
     "shape_fidelity_score": "shape_fidelity",
+    "shape_fidelity_terms": "shape_fidelity",
     "TEXT_SUB_SCORES": "text",
     "TextRenderingReward": "text",
     "quoted_texts": "text",

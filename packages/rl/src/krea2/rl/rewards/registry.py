@@ -11,6 +11,7 @@ REWARD_KINDS: dict[str, str] = {
     "rubric-shapes": "the ShapesWorld rubric verifier: share of the prompt's requirements met",
     "rubric-llm:LLM_URL[,VLM_URL]": "real prompts: an LLM splits, a VLM checks (OpenAI API)",
     "shape-fidelity": "ShapesWorld: template IoU of the prompt's objects with their shapes",
+    "shape-fidelity:whole": "the same, times the share of each object drawn in one piece",
     "text": "OCR of the image against the prompt's quoted words (edit distance)",
     "artifact:PATH": "structural-defect head saved by train_artifact_reward (score 1 - P)",
     "aesthetic:PATH": "Bradley-Terry head saved by train_aesthetic_reward",
@@ -35,10 +36,10 @@ def load_reward(spec: str) -> Reward:
         from krea2.rl.rewards.rubric_shapes import ShapesRubricReward
 
         return ShapesRubricReward()
-    if kind == "shape-fidelity" and not arg:
+    if kind == "shape-fidelity" and arg in ("", "whole"):
         from krea2.rl.rewards.shape_fidelity import ShapeFidelityReward
 
-        return ShapeFidelityReward()
+        return ShapeFidelityReward(whole=arg == "whole")
     if kind == "text" and not arg:
         from krea2.rl.rewards.text import TextRenderingReward
 

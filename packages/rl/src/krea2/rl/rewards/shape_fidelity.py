@@ -10,6 +10,14 @@ component of that colour with the shape's template minus its IoU with its best o
 shape (the margin: > 0 is where the verifier reads the asked shape), mapped to [0, 1]. A
 dense signal for the same property, to weigh beside the rubric (docs/rl.md). Measured on
 the demo's pretrained model without CFG: its failed squares sit at margins -0.12..0.00.
+
+``whole=True`` also asks for each object in one piece and nothing else drawn: the score
+is multiplied by the share of all detected object pixels that lie in the asked colours'
+k largest components (k the objects of that colour the prompt asks for). The best
+component alone decides the margin, so a triangle drawn in two pieces, or with a blob of
+another colour inside, keeps its margin while the verifier counts an extra shape and
+fails the prompt's count; RL-tuned models draw exactly that (docs/rl.md), and the share
+is the dense signal against it.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 from krea2.curate import shapes
 from krea2.rl.rewards.contract import RewardOutput, check_batch, empty_output
 
-SUB_SCORES: tuple[str, ...] = ("iou", "margin")
+SUB_SCORES: tuple[str, ...] = ("iou", "margin", "whole")
 
 
 def shape_fidelity_score(prompt: str, image: np.ndarray) -> tuple[float, float]:
@@ -31,12 +39,25 @@ def shape_fidelity_score(prompt: str, image: np.ndarray) -> tuple[float, float]:
     asked shape (0 without one), and of that IoU minus the component's best other shape's
     (-1 without one; > 0 means the verifier reads the asked shape). (1, 1) for a prompt
     that asks for no shape."""
-    wanted = sorted(
-        {(r.color, r.shape) for r in shapes.parse_prompt(prompt) if r.color and r.shape}
-    )
+    iou, margin, _ = shape_fidelity_terms(prompt, image)
+    return iou, margin
+
+
+def shape_fidelity_terms(prompt: str, image: np.ndarray) -> tuple[float, float, float]:
+    """(score, margin) as :func:`shape_fidelity_score`, and the whole-object share: of all
+    detected object pixels, the share in each asked colour's k largest components, k the
+    number of objects of that colour the prompt asks for (a ``count`` requirement's count,
+    else 1 per asked shape); 0 when nothing is detected, (1, 1, 1) for a prompt that asks
+    for no shape."""
+    requirements = shapes.parse_prompt(prompt)
+    wanted = sorted({(r.color, r.shape) for r in requirements if r.color and r.shape})
     if not wanted:
-        return 1.0, 1.0
-    objects = shapes.detect_objects(image)
+        return 1.0, 1.0, 1.0
+    counts = {(r.color, r.shape): r.count for r in requirements if r.kind == "count" and r.count}
+    per_colour: dict[str, int] = {}
+    for color, shape in wanted:
+        per_colour[color] = per_colour.get(color, 0) + counts.get((color, shape), 1)
+    objects = shapes.detect_objects(image)  # largest first
     ious, margins = [], []
     for color, shape in wanted:
         same = [o.shape_scores for o in objects if o.color == color]
@@ -47,20 +68,30 @@ def shape_fidelity_score(prompt: str, image: np.ndarray) -> tuple[float, float]:
         best = max(same, key=lambda s: s[shape])
         ious.append(best[shape])
         margins.append(best[shape] - max(v for k, v in best.items() if k != shape))
-    return float(np.mean(ious)), float(np.mean(margins))
+    total = sum(o.area for o in objects)
+    asked = sum(
+        sum([o.area for o in objects if o.color == color][:k]) for color, k in per_colour.items()
+    )
+    return float(np.mean(ious)), float(np.mean(margins)), asked / total if total else 0.0
 
 
 class ShapeFidelityReward:
     """Score = (1 + margin) / 2 per image (:func:`shape_fidelity_score`; in [0, 1], 0.5 at
-    the verifier's decision); sub-scores ``iou`` and ``margin``."""
+    the verifier's decision), times the whole-object share with ``whole``
+    (:func:`shape_fidelity_terms`); sub-scores ``iou``, ``margin`` and ``whole``."""
 
     name = "shape-fidelity"
+
+    def __init__(self, whole: bool = False) -> None:
+        self.whole = whole
 
     def __call__(self, images: Any, prompts: Sequence[str]) -> RewardOutput:
         pixels, prompts = check_batch(images, prompts)
         if not prompts:
             return empty_output(SUB_SCORES)
-        pairs = [shape_fidelity_score(p, im) for im, p in zip(pixels, prompts, strict=True)]
-        iou = np.asarray([s for s, _ in pairs], np.float32)
-        margin = np.asarray([m for _, m in pairs], np.float32)
-        return RewardOutput((1.0 + margin) / 2.0, {"iou": iou, "margin": margin})
+        terms = [shape_fidelity_terms(p, im) for im, p in zip(pixels, prompts, strict=True)]
+        iou, margin, whole = (np.asarray(col, np.float32) for col in zip(*terms, strict=True))
+        scores = (1.0 + margin) / 2.0
+        if self.whole:
+            scores = scores * whole
+        return RewardOutput(scores, {"iou": iou, "margin": margin, "whole": whole})
