@@ -314,3 +314,19 @@ def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
     with pytest.raises(UserError, match="prompt 1 is empty"):
         export_prompt_shards(["a red circle", " "], tmp_path, 32, 2)
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_stage_job_runs_on_the_settings_seed(tmp_path):
+    from krea2.rl.grpo import RlStageSettings
+    from krea2.rl.grpo.stage import stage_job
+    from krea2.trainer import JobConfig, StageConfig
+
+    pretrain = JobConfig(seed=3, stages=[StageConfig(name="pretrain", resolution=32)])
+    same = stage_job(pretrain, 0, tmp_path / "run", tmp_path / "shards", RlStageSettings(steps=5))
+    assert same.seed == 3 and same.stages[-1].steps == 5 and same.stages[-1].name == "rl"
+    repeat = stage_job(pretrain, 0, tmp_path / "run", tmp_path / "shards", RlStageSettings(seed=7))
+    assert (
+        repeat.seed == 7
+        and repeat.stages
+        == stage_job(pretrain, 0, tmp_path / "run", tmp_path / "shards", RlStageSettings()).stages
+    )  # the seed alone differs

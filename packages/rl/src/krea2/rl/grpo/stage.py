@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,9 @@ class RlStageSettings:
     no-CFG samples per training prompt of the pretrained model; 0: trained on renders alone;
     ``noise_bound``: the background-noise guard). Evaluation: the held-out prompts x
     ``eval_seeds`` in ``eval_steps`` Euler steps, without CFG every ``eval_every`` steps
-    (the curves) and at the start and end also with CFG ``eval_cfg``."""
+    (the curves) and at the start and end also with CFG ``eval_cfg``. ``seed``: the run's
+    rollout noise, prompt order and adapter init (None: the pretraining job's seed), to
+    repeat a run and see its spread."""
 
     objective: str = "nft"
     steps: int = 60
@@ -90,6 +92,7 @@ class RlStageSettings:
     curve_seeds: list[int] = field(default_factory=lambda: [0])
     eval_tuned_cfg: bool = True
     checkpoint_every: int = 20
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples",
@@ -124,6 +127,19 @@ class RlStageSettings:
             kl_beta=self.kl_beta, nft_beta=self.nft_beta, nft_times=self.nft_times,
             nft_old_decay=self.nft_old_decay, nft_weighting=self.nft_weighting,
         )  # fmt: skip
+
+
+def stage_job(
+    pretrain_job: JobConfig, stage_index: int, run_dir: Path, shards: Path, s: RlStageSettings
+) -> JobConfig:
+    """The RL stage's trainer job (:func:`krea2.rl.grpo.train.rl_job`) sized by ``s``, on
+    ``s.seed`` where set (rollout noise, prompt order and adapter init of a repeat run)."""
+    from krea2.rl.grpo.train import rl_job
+
+    job = rl_job(pretrain_job, stage_index, run_dir, shards, s.steps, s.prompts_per_step, s.lr,
+                 0, s.lora_rank, s.checkpoint_every, 1, s.lr_decay_ratio,
+                 s.ema_decay)  # fmt: skip
+    return job if s.seed is None else replace(job, seed=s.seed)
 
 
 def shapes_rewards(
@@ -250,7 +266,7 @@ def rl_stage(
         write_records,
     )
     from krea2.rl.grpo.prompts import export_prompt_shards
-    from krea2.rl.grpo.train import rl_job, train_rl
+    from krea2.rl.grpo.train import train_rl
     from krea2.rl.preference.stage_job import link_pretrained
     from krea2.trainer import TrainingStopped, sample_stage
 
@@ -316,9 +332,7 @@ def rl_stage(
         tmp = work / "prompt-shards.tmp"
         export_prompt_shards(pool, tmp, side, s.prompts_per_step)
         tmp.rename(shards)
-    job = rl_job(pretrain_job, stage_index, run_dir, shards, s.steps, s.prompts_per_step, s.lr,
-                 0, s.lora_rank, s.checkpoint_every, 1, s.lr_decay_ratio,
-                 s.ema_decay)  # fmt: skip
+    job = stage_job(pretrain_job, stage_index, run_dir, shards, s)
     hook = make_eval_hook(job, len(job.stages) - 1, list(eval_prompts), list(eval_targets),
                           rewards, s)  # fmt: skip
     stopped = None
