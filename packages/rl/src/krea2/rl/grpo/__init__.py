@@ -49,7 +49,7 @@ _HOMES: dict[str, str | None] = {
     # the demo's RL stage
     "RlStageSettings": "stage",
     "rl_stage": "stage",
-    "shapes_rewards": "stage",
+    "shapes_rewards": "world_rewards",
     "cli": None,
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -142,42 +142,6 @@ def stage_job(
     return job if s.seed is None else replace(job, seed=s.seed)
 
 
-def shapes_rewards(
-    work: Path,
-    samples: Callable[[], np.ndarray] | None = None,
-    shape_whole: bool = False,
-) -> dict:
-    """The ShapesWorld rewards: ``rubric`` (the verifier, no OCR), ``shape`` (the dense
-    shape fidelity, :class:`krea2.rl.rewards.ShapeFidelityReward`, its ``whole`` term with
-    ``shape_whole``) and ``artifact`` (its
-    head trained once, ~10 s: on renders into ``work/artifact.npz``, or with ``samples``,
-    a callable returning the model's own samples uint8 [B, H, W, 3], calibrated on them,
-    :func:`krea2.rl.rewards.calibrate_artifact_reward`, into
-    ``work/artifact-calibrated.npz``)."""
-    from krea2.rl.rewards import (
-        ArtifactReward,
-        ShapeFidelityReward,
-        ShapesRubricReward,
-        calibrate_artifact_reward,
-        train_artifact_reward,
-    )
-
-    path = Path(work) / ("artifact.npz" if samples is None else "artifact-calibrated.npz")
-    if path.exists():
-        artifact = ArtifactReward.load(path)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if samples is None:
-            artifact = train_artifact_reward(n=400, seed=0, path=path, epochs=200)
-        else:
-            artifact = calibrate_artifact_reward(samples(), n=400, seed=0, path=path, epochs=200)
-    return {
-        "rubric": ShapesRubricReward(ocr=False),
-        "shape": ShapeFidelityReward(whole=shape_whole),
-        "artifact": artifact,
-    }
-
-
 def _write_json(path: Path, data) -> None:  # type: ignore[no-untyped-def]
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -267,6 +231,7 @@ def rl_stage(
     )
     from krea2.rl.grpo.prompts import export_prompt_shards
     from krea2.rl.grpo.train import train_rl
+    from krea2.rl.grpo.world_rewards import shapes_rewards
     from krea2.rl.preference.stage_job import link_pretrained
     from krea2.trainer import TrainingStopped, sample_stage
 
