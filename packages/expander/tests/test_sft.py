@@ -53,3 +53,22 @@ def test_bad_inputs_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no model here"):
         load_model(tmp_path)
     assert split_answer("no think block") == ("", "no think block")
+
+
+def test_gradient_checkpointing_changes_the_cost_not_the_losses(tmp_path):
+    import torch
+
+    from krea2.expander.sft import checkpointing
+
+    assert checkpointing(None) is torch.cuda.is_available()  # CPU: off, it saves nothing
+    assert checkpointing(True) and not checkpointing(False)
+    examples = _examples(4)
+    losses = []
+    for on in (True, False):
+        cfg = SftConfig(
+            toy=ToyModelConfig(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128),
+            vocab_size=400, steps=12, batch_size=4, lr=1e-2, log_every=4,
+            gradient_checkpointing=on,
+        )  # fmt: skip
+        losses.append([loss for _, loss in run_sft(examples, tmp_path / str(on), cfg)["losses"]])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)

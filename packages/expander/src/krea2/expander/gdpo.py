@@ -19,6 +19,7 @@ import torch
 from trl import GRPOTrainer
 
 from krea2.expander.rewards import ExpanderRewards
+from krea2.expander.sft import checkpointing
 from krea2.expander.sft_data import SYSTEM_PROMPT
 
 __all__ = ["GatedGRPOTrainer", "GdpoConfig", "run_gdpo"]
@@ -62,7 +63,8 @@ class GdpoConfig:
     ``beta``: KL to the SFT model (0 = none); ``temperature`` for rollouts. ``use_vllm``
     generates the rollouts with vLLM (the ``[vllm]`` extra): ``vllm_mode = "colocate"``
     runs it inside the training processes, ``"server"`` asks a ``trl vllm-serve`` server
-    (``vllm_server_url``)."""
+    (``vllm_server_url``). ``gradient_checkpointing`` as
+    :func:`krea2.expander.sft.checkpointing` (None: on with CUDA, off on the CPU)."""
 
     steps: int = 100
     prompts_per_step: int = 4
@@ -77,6 +79,7 @@ class GdpoConfig:
     vllm_mode: str = "colocate"
     vllm_server_url: str = "http://127.0.0.1:8000"
     log_every: int = 5
+    gradient_checkpointing: bool | None = None
 
     def __post_init__(self) -> None:
         if self.num_generations < 2:
@@ -144,6 +147,7 @@ def run_gdpo(
         vllm_server_base_url=cfg.vllm_server_url if cfg.vllm_mode == "server" else None,
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
+        gradient_checkpointing=checkpointing(cfg.gradient_checkpointing),
     )
     trainer = GatedGRPOTrainer(
         model=model,

@@ -23,7 +23,9 @@ __all__ = ["SftConfig", "generate", "prompt_completion", "run_sft"]
 class SftConfig:
     """``base``: a local Qwen3 folder, or None for the toy model (``toy`` sizes it, its
     tokenizer trained on the examples with ``vocab_size``). Steps, batch and learning rate
-    as in trl; ``max_length`` in tokens (longer chats are truncated, which trl reports)."""
+    as in trl; ``max_length`` in tokens (longer chats are truncated, which trl reports).
+    ``gradient_checkpointing``: None turns it on where it saves accelerator memory (CUDA)
+    and off on the CPU, where it only costs a second forward (trl's default is on)."""
 
     base: str | None = None
     toy: ToyModelConfig = field(default_factory=ToyModelConfig)
@@ -36,10 +38,21 @@ class SftConfig:
     seed: int = 0
     bf16: bool = False
     log_every: int = 20
+    gradient_checkpointing: bool | None = None
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0 or self.max_length < 16:
             raise ValueError(f"{self}: steps and batch_size >= 1, lr > 0, max_length >= 16")
+
+
+def checkpointing(asked: bool | None) -> bool:
+    """Gradient checkpointing as asked; None: on with CUDA (memory), off on the CPU (the
+    recomputed forward is a third of a toy step's time there, and memory is not short)."""
+    if asked is not None:
+        return asked
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def prompt_completion(example: dict) -> dict:
@@ -91,6 +104,7 @@ def run_sft(examples: Sequence[dict], out: Path, config: SftConfig | None = None
         use_cpu=cfg.base is None and not cfg.bf16,
         dataloader_num_workers=0,
         disable_tqdm=True,
+        gradient_checkpointing=checkpointing(cfg.gradient_checkpointing),
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
