@@ -73,7 +73,7 @@ class EvalSpec:
 # What the full recipe reaches, said next to a smoke run's scores (README, docs/benchmarks.md).
 FULL_DEMO_RESULT = (
     "the full demo (`krea2 demo`, 760 + 560 steps, 20-30 minutes on 2 cores) reaches "
-    "ShapesEval about 0.86 on the held-out prompts, against 0.13 for the untrained model"
+    "ShapesEval about 0.84 on the held-out prompts, against 0.13 for the untrained model"
 )
 
 
