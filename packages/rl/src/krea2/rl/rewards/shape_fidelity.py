@@ -57,7 +57,7 @@ def shape_fidelity_terms(prompt: str, image: np.ndarray) -> tuple[float, float, 
     per_colour: dict[str, int] = {}
     for color, shape in wanted:
         per_colour[color] = per_colour.get(color, 0) + counts.get((color, shape), 1)
-    objects = shapes.detect_objects(image)  # largest first
+    objects = shapes.detect_objects(image)
     ious, margins = [], []
     for color, shape in wanted:
         same = [o.shape_scores for o in objects if o.color == color]
@@ -70,7 +70,8 @@ def shape_fidelity_terms(prompt: str, image: np.ndarray) -> tuple[float, float, 
         margins.append(best[shape] - max(v for k, v in best.items() if k != shape))
     total = sum(o.area for o in objects)
     asked = sum(
-        sum([o.area for o in objects if o.color == color][:k]) for color, k in per_colour.items()
+        sum(sorted((o.area for o in objects if o.color == color), reverse=True)[:k])
+        for color, k in per_colour.items()
     )
     return float(np.mean(ious)), float(np.mean(margins)), asked / total if total else 0.0
 
