@@ -11,7 +11,7 @@ REWARD_KINDS: dict[str, str] = {
     "rubric-shapes": "the ShapesWorld rubric verifier: share of the prompt's requirements met",
     "rubric-llm:LLM_URL[,VLM_URL]": "real prompts: an LLM splits, a VLM checks (OpenAI API)",
     "shape-fidelity": "ShapesWorld: template IoU of the prompt's objects with their shapes",
-    "shape-fidelity:whole": "the same, times the share of each object drawn in one piece",
+    "shape-fidelity:whole": "the same, times the share of object pixels in the asked objects",
     "text": "OCR of the image against the prompt's quoted words (edit distance)",
     "artifact:PATH": "structural-defect head saved by train_artifact_reward (score 1 - P)",
     "aesthetic:PATH": "Bradley-Terry head saved by train_aesthetic_reward",
