@@ -81,7 +81,11 @@ def main() -> None:
     args = ap.parse_args()
     if bool(args.runs) == args.pretrained:
         raise SystemExit("name the runs to measure, or --pretrained (not both)")
+    unfinished = [r for r in args.runs if not (args.work / f"{r}.json").is_file()]
+    if unfinished:
+        raise SystemExit(f"no finished run {unfinished} under {args.work} (its NAME.json)")
     from krea2.curate.shapes import concept_scene, eval_prompt, shapes_eval
+    from krea2.infra.errors import UserError
     from krea2.pipeline import evaluation
     from krea2.pipeline.config import demo_training_job, load_demo_config
     from krea2.rl.grpo import RlStageSettings
@@ -102,7 +106,10 @@ def main() -> None:
     else:
         s = RlStageSettings(**json.loads((args.work / f"{args.runs[0]}.json").read_text())
                             ["settings"])  # fmt: skip
-        job, module = averaged_module(pretrain_job, stage, args.work, args.runs, args.step)
+        try:
+            job, module = averaged_module(pretrain_job, stage, args.work, args.runs, args.step)
+        except UserError as exc:  # e.g. a step whose checkpoint was not kept
+            raise SystemExit(f"error: {exc}") from None
     images = sample_module(job, len(job.stages) - 1, module, prompts, list(s.eval_seeds),
                            s.eval_steps, 0.0)  # fmt: skip
     score = shapes_eval(images, [concept_scene(c) for c in concepts])
