@@ -177,8 +177,11 @@ def main() -> None:
         + (" --report-only`" if args.report_only else "`")
         + f" ({(time.perf_counter() - t0) / 60:.1f} min).\n"
     )
-    summary = {"results": results, "partial": partials, "pretrained": pre, "pool": pool,
-               "settings": common, "noise_bound": bound}  # fmt: skip
+    # Per-iteration curves stay in each run's WORK/NAME.json; the record keeps the evaluated
+    # iterations (what the tables show), so it does not grow by every step of every run.
+    summary = {"results": {k: {**r, "curves": _at_evals(r["curves"])} for k, r in results.items()},
+               "partial": {k: _at_evals(c) for k, c in partials.items()}, "pretrained": pre,
+               "pool": pool, "settings": common, "noise_bound": bound}  # fmt: skip
     print(md)
     write_results("rl-grpo-proof", summary, md)
 
@@ -186,6 +189,13 @@ def main() -> None:
 NOISE_BOUND = 2.0
 CURVE_HEADERS = ["variant", "step", "rollout images", "RL minutes", "ShapesEval", "all correct",
                  "background noise"]  # fmt: skip
+
+
+def _at_evals(c: dict[str, list]) -> dict[str, list]:
+    """The rows of curves ``c`` (:func:`krea2.rl.grpo.stage.curves`) that carry an
+    evaluation, every key kept."""
+    keep = [i for i, v in enumerate(c["eval_shapes"]) if v is not None]
+    return {k: [v[i] for i in keep] for k, v in c.items()}
 
 
 def _num(v) -> str:  # type: ignore[no-untyped-def]
