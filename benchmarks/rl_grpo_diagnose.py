@@ -43,6 +43,7 @@ def averaged_module(pretrain_job, stage: int, work: Path, runs: list[str], step:
     from krea2.rl.grpo import RlStageSettings
     from krea2.rl.grpo.stage import stage_job
     from krea2.trainer import load_stage_module
+    from krea2.trainer.lora import ADAPTER
 
     loaded = []
     for run in runs:
@@ -59,14 +60,14 @@ def averaged_module(pretrain_job, stage: int, work: Path, runs: list[str], step:
     with torch.no_grad():
         for group in zip(*layers, strict=True):
             delta = sum(
-                layer.scaling["default"]
-                * layer.lora_B["default"].weight.float()
-                @ layer.lora_A["default"].weight.float()
+                layer.scaling[ADAPTER]
+                * layer.lora_B[ADAPTER].weight.float()
+                @ layer.lora_A[ADAPTER].weight.float()
                 for layer in group
             ) / len(group)
             base = group[0].base_layer.weight
             base.copy_((base.float() + delta).to(base.dtype))
-            group[0].lora_B["default"].weight.zero_()
+            group[0].lora_B[ADAPTER].weight.zero_()
     return job, module
 
 
