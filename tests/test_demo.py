@@ -15,13 +15,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from browser_screenshot import find_chromium, render_page
 from PIL import Image
+
+from krea2.infra.pause import pause_env, wait_for_pause
 
 DEMO = [sys.executable, "-c", "from krea2.infra.host import main; main()", "demo", "--quick"]
 
@@ -31,13 +32,15 @@ def run_demo(out: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
-def stop_in(out: Path, stage: str, at: str, after_s: float, sig: signal.Signals) -> tuple[int, str]:
-    """Start the demo and, once ``stage``'s banner is out and then a line matching ``at``
-    (a progress line: the stage is provably under way), wait ``after_s`` seconds and send
-    ``sig`` to its whole process group, as a terminal's Ctrl-C does (workers and all).
-    Progress lines come one per update here, so a fast machine cannot finish the stage
-    between the trigger and the signal. Returns the exit status and stderr."""
-    env = {**os.environ, "KREA2_PROGRESS": "plain", "KREA2_PROGRESS_INTERVAL": "0"}
+def stop_in(out: Path, stage: str, point: str, count: int, sig: signal.Signals) -> tuple[int, str]:
+    """Start the demo held at a pause point inside ``stage`` (the progress loop ``point``
+    once ``count`` units are done; krea2.infra.pause), wait for the program to announce that
+    it is there, then send ``sig`` to its whole process group, as a terminal's Ctrl-C does
+    (workers and all). The stage is provably under way and cannot finish before the signal,
+    on any machine. Returns the exit status and stderr."""
+    notice = out.parent / f"{out.name}-pause-{stage}-{count}"
+    notice.unlink(missing_ok=True)
+    env = {**os.environ, "KREA2_PROGRESS": "plain", **pause_env(point, count, notice)}
     proc = subprocess.Popen(
         [*DEMO, "--out", str(out)],
         stdout=subprocess.DEVNULL,
@@ -47,27 +50,15 @@ def stop_in(out: Path, stage: str, at: str, after_s: float, sig: signal.Signals)
         env=env,
     )
     lines: list[str] = []
-    started = threading.Event()
-    banner = re.compile(rf"─ {re.escape(stage)}: ")
-    trigger = re.compile(at)
-
-    def read() -> None:
-        in_stage = False
-        for line in proc.stderr:
-            lines.append(line)
-            in_stage = in_stage or bool(banner.search(line))
-            if in_stage and trigger.search(line):
-                started.set()
-
-    reader = threading.Thread(target=read, daemon=True)
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
     try:
-        deadline = time.time() + 600
-        while not started.wait(0.5):
-            if proc.poll() is not None or time.time() > deadline:
-                reader.join(10)
-                pytest.fail(f"stage {stage} never reached {at!r}:\n{''.join(lines)[-3000:]}")
-        time.sleep(after_s)
+        try:
+            wait_for_pause(notice, proc, timeout_s=600)
+        except RuntimeError as exc:
+            reader.join(10)
+            pytest.fail(f"stage {stage} never reached {point}:{count} ({exc}):\n"
+                        f"{''.join(lines)[-3000:]}")  # fmt: skip
         os.killpg(proc.pid, sig)
         rc = proc.wait(180)
     finally:
@@ -75,22 +66,25 @@ def stop_in(out: Path, stage: str, at: str, after_s: float, sig: signal.Signals)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     reader.join(10)
-    return rc, "".join(lines)
+    err = "".join(lines)
+    banners = re.findall(r"─ ([\w-]+): ", err)
+    assert banners and banners[-1] == stage, f"paused outside stage {stage}:\n{err[-3000:]}"
+    return rc, err
 
 
-# (stage, line to wait for, then seconds, signal): Ctrl-C in each kind of stage, and one
-# SIGKILL (no chance to clean up) mid-training, so the re-runs must resume from records,
-# the warehouse and checkpoints alike. Pool and export print no progress of their own: they
-# are stopped by time after their banner, well inside their ~3 s of work.
+# (stage, the progress loop to hold, at this count, then the signal): Ctrl-C in each kind of
+# stage, and SIGKILL (no chance to clean up) mid-training and mid-GDPO, so the re-runs must
+# resume from records, the warehouse and checkpoints alike. "export" runs in a `krea2 curate
+# export` subprocess, whose pause the notice file reports.
 STOPS = [
-    ("pool", "pool: ", 0.5, signal.SIGINT),
-    ("curate", r"^curate ocr: ", 0.0, signal.SIGINT),
-    ("export-32", "export-32: ", 1.0, signal.SIGINT),
-    ("pretrain", r"^train pretrain-32: 3/", 0.0, signal.SIGKILL),
-    ("pretrain", r"^train pretrain-64: 2/", 0.0, signal.SIGINT),
-    ("sample", r"^sample: 3/", 0.0, signal.SIGINT),
-    ("preference-stpo", r"^on-policy samples: 2/", 0.0, signal.SIGINT),
-    ("expander", r"^expander gdpo: ", 0.0, signal.SIGKILL),
+    ("pool", "pool render", 1, signal.SIGINT),
+    ("curate", "curate ocr", 1, signal.SIGINT),
+    ("export-32", "export", 1, signal.SIGINT),
+    ("pretrain", "train pretrain-32", 3, signal.SIGKILL),
+    ("pretrain", "train pretrain-64", 2, signal.SIGINT),
+    ("sample", "sample", 3, signal.SIGINT),
+    ("preference-stpo", "on-policy samples", 2, signal.SIGINT),
+    ("expander", "expander gdpo", 1, signal.SIGKILL),
 ]
 
 
@@ -99,8 +93,8 @@ def demo(tmp_path_factory) -> Path:
     """A quick demo stopped in every stage in turn, then re-run to completion."""
     out = tmp_path_factory.mktemp("demo")
     curated = None
-    for stage, at, after_s, sig in STOPS:
-        rc, err = stop_in(out, stage, at, after_s, sig)
+    for stage, point, count, sig in STOPS:
+        rc, err = stop_in(out, stage, point, count, sig)
         if sig == signal.SIGINT:
             assert rc == 130, f"Ctrl-C in {stage} exited {rc}:\n{err[-3000:]}"
             assert err.strip().splitlines()[-1] == "interrupted", err[-3000:]

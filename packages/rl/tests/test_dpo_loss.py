@@ -9,6 +9,8 @@ import torch
 
 from krea2.rl.preference import PreferenceConfig, pair_terms, time_weight
 
+pytestmark = pytest.mark.numerics  # exact values at the reference (scripts/numerics_matrix.py)
+
 T = torch.tensor([0.3, 0.7])
 
 

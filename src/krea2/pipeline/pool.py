@@ -25,6 +25,7 @@ from krea2.curate.shapes import (
     write_pool,
 )
 from krea2.infra import UserError
+from krea2.infra.progress import track
 from krea2.pipeline.config import PoolSpec
 
 # The label of a later take of a concept: another render of one thing (its own size, jitter
@@ -81,11 +82,12 @@ def render_png(job: tuple[Scene, int]) -> bytes:
     return encode(render(scene, side, side), "png")
 
 
-def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
-    """``[fn(x) for x in items]`` over ``workers`` spawned processes (in order). Spawned, not
-    forked: the demo's process may hold torch's and OpenMP's threads, which fork breaks."""
+def parallel_map(fn: Callable, items: Sequence, workers: int, description: str) -> list:
+    """``[fn(x) for x in items]`` over ``workers`` spawned processes (in order), with a
+    progress line per result under ``description``. Spawned, not forked: the demo's process
+    may hold torch's and OpenMP's threads, which fork breaks."""
     if workers <= 1 or len(items) < 4 * workers:
-        return [fn(x) for x in items]
+        return list(track(map(fn, items), description, total=len(items), unit="img"))
     chunk = max(1, len(items) // (8 * workers))
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(workers, mp_context=ctx)
@@ -99,7 +101,7 @@ def parallel_map(fn: Callable, items: Sequence, workers: int) -> list:
             results = pool.map(fn, items, chunksize=chunk)
         finally:
             signal.signal(signal.SIGINT, previous)
-        return list(results)
+        return list(track(results, description, total=len(items), unit="img"))
     finally:
         # On Ctrl-C, drop the queued chunks instead of rendering them all before exiting.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -110,7 +112,8 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
     from the generator) into ``directory``. The one-object scenes are rendered by ``workers``
     processes; all of them go into the pool, in render order."""
     candidates = one_object_scenes(split, spec.per_concept, spec.seed, spec.rerenders)
-    renders = parallel_map(render_png, [(s, spec.side) for s in candidates], workers)
+    jobs = [(s, spec.side) for s in candidates]
+    renders = parallel_map(render_png, jobs, workers, "pool render")
     truth = one_object_labels(candidates, renders, spec.rerenders)
     world = [
         PoolItem(f"{ONE_OBJECT_PREFIX}{i:05d}", data, "png", label, scene=scene)

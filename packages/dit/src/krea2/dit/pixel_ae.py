@@ -56,4 +56,6 @@ class PixelAE(nn.Module, Autoencoder):
 def to_uint8(pixels: Tensor) -> Tensor:
     """[-1, 1] float [B, 3, H, W] -> uint8 [B, H, W, 3] (clamp, *0.5 + 0.5, *255, round)."""
     x = (pixels.float().clamp(-1, 1) * 0.5 + 0.5) * 255
-    return x.round().to(torch.uint8).permute(0, 2, 3, 1).cpu()
+    # contiguous: a channels-last view would make numpy reduce the images in another order
+    # than a saved copy of them, so a measure of the two would differ in its last bits.
+    return x.round().to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu()

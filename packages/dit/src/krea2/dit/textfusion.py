@@ -39,7 +39,10 @@ class TextFusion(nn.Module):
         x = txt.reshape(b * t, taps, c)
         for blk in self.layerwise_blocks:
             x = blk(x)
-        x = self.projector(x.reshape(b, t, taps, c).transpose(-1, -2)).squeeze(-1)
+        # contiguous: on a strided input torch's matmul folds the batch into one mm only when
+        # the weight requires grad, so a frozen copy (a preference reference) would take bmm
+        # and round differently from the policy it must equal at the start.
+        x = self.projector(x.reshape(b, t, taps, c).transpose(-1, -2).contiguous()).squeeze(-1)
         for blk in self.refiner_blocks:
             x = blk(x, mask)
         return x

@@ -23,6 +23,7 @@ _SUBMODULES = (
     "logging",
     "metrics",
     "progress",
+    "pause",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
     "extras",
@@ -60,6 +61,7 @@ _NAME_TO_MODULE = {
     "CheckpointMismatchError": "checkpoint_layout",
     "CheckpointEntry": "checkpoint_layout",
     "scan_checkpoints": "checkpoint_layout",
+    "pause_point": "pause",
     "Progress": "progress",
     "format_duration": "progress",
     "progress": "progress",

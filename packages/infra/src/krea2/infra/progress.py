@@ -12,7 +12,8 @@ file or CI (stderr not a terminal) it writes one line every ``interval_s`` secon
 last line at the end, e.g. ``train 32px: 120/800 step (15%), 3.21 step/s, eta 3m32s,
 loss=0.1234``. ``KREA2_PROGRESS=plain|bar|off`` forces a mode and
 ``KREA2_PROGRESS_INTERVAL=<seconds>`` sets the plain lines' spacing for every loop (``0``:
-a line per update, e.g. for a log that another program follows).
+a line per update, e.g. for a log that another program follows). Each loop is also a pause
+point named by its description (``KREA2_PAUSE_AT``, :mod:`krea2.infra.pause`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
+
+from krea2.infra.pause import pause_point
 
 __all__ = ["Progress", "format_duration", "progress", "track"]
 
@@ -168,6 +171,7 @@ class Progress:
             now = time.monotonic()
             if now - self._last_line >= self.interval_s:
                 self._write_line()
+        pause_point(self.description, self.completed)  # tests' stop points (krea2.infra.pause)
 
     # ------------------------------------------------------------------ figures
     def rate(self) -> float:

@@ -15,8 +15,10 @@ def high_frequency_shares(images: np.ndarray, cutoff: float = 0.5) -> np.ndarray
     """Per image, float64 [B]: the share (0..1) of the spectral energy of the mean-removed
     luminance at spatial frequencies above ``cutoff`` x Nyquist; ``images`` uint8
     [B, H, W, 3]. A drifting model's samples gain speckle and ringing, which raises it."""
-    x = np.asarray(images).astype(np.float64) / 255.0
-    lum = x @ np.array([0.299, 0.587, 0.114])
+    # C order first: numpy's reductions keep the input's memory layout, so a strided view
+    # (a sampler's channels-last permute) would sum in another order than its saved copy.
+    x = np.ascontiguousarray(images, dtype=np.float64) / 255.0
+    lum = x[..., 0] * 0.299 + x[..., 1] * 0.587 + x[..., 2] * 0.114  # no BLAS: no kernel choice
     lum = lum - lum.mean(axis=(1, 2), keepdims=True)
     power = np.abs(np.fft.fft2(lum)) ** 2
     fy = np.abs(np.fft.fftfreq(lum.shape[1]))[:, None] * 2  # 1 = Nyquist
