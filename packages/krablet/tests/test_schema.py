@@ -98,3 +98,5 @@ def test_catalog_lets_tools_open_without_declarations(cluster):
 def test_redact_hides_passwords():
     assert "hunter2" not in redact("postgresql://u:hunter2@h/db")
     assert "hunter2" not in redact("host=h password=hunter2 dbname=x")
+    quoted = redact("host=h password='hunter2 and\\' more' dbname=x")
+    assert "hunter2" not in quoted and "more" not in quoted and quoted.endswith(" dbname=x")

@@ -24,6 +24,7 @@ _SUBMODULES = (
     "metrics",
     "progress",
     "pause",
+    "secrets",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
     "extras",
@@ -62,6 +63,7 @@ _NAME_TO_MODULE = {
     "CheckpointEntry": "checkpoint_layout",
     "scan_checkpoints": "checkpoint_layout",
     "pause_point": "pause",
+    "recorded_environment": "secrets",
     "Progress": "progress",
     "format_duration": "progress",
     "progress": "progress",

@@ -30,6 +30,7 @@ from typing import Any
 
 from krea2.infra import metrics as m
 from krea2.infra.logging import get_logger
+from krea2.infra.secrets import recorded_environment
 
 log = get_logger("infra.watchdog")
 HANG_EXIT_CODE = 124  # as coreutils' timeout: the job ran past its deadline
@@ -62,9 +63,9 @@ def watchdog_metrics() -> dict[str, Any]:
 
 
 def collect_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that explain a distributed hang (NCCL, torch, CUDA...)."""
-    env = dict(os.environ if env is None else env)
-    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+    """The environment variables that explain a distributed hang (NCCL, torch, CUDA...),
+    credentials' values hidden (:func:`krea2.infra.secrets.recorded_environment`)."""
+    return recorded_environment(ENV_PREFIXES, ENV_NAMES, env)
 
 
 class HangWatchdog:

@@ -33,7 +33,9 @@ CIRCUIT_MAX_S = 4.0
 def redact(dsn: str) -> str:
     """A DSN with any password removed, safe for logs and error messages."""
     dsn = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn, flags=re.IGNORECASE)
+    # a quoted value (libpq: password='a b\' c') is hidden whole, not up to its first space
+    value = r"""'(?:[^'\\]|\\.)*'?|\S+"""
+    return re.sub(rf"(password\s*=\s*)(?:{value})", r"\1***", dsn, flags=re.IGNORECASE)
 
 
 def shard_host(dsn: str) -> str:

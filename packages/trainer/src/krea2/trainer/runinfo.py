@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from krea2.infra.config import save_config
+from krea2.infra.secrets import recorded_environment
 
 
 def code_version() -> dict[str, Any]:
@@ -53,7 +54,7 @@ def environment(world_size: int) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
     }
     prefixes = ("NCCL_", "TORCH_", "CUDA_VISIBLE", "OMP_", "MASTER_", "KREA2_")
-    env["vars"] = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+    env["vars"] = recorded_environment(prefixes)  # credentials' values hidden
     return env
 
 
