@@ -115,5 +115,6 @@ def test_telemetry_daemonset_watches_gpu_nodes_not_reserved_for_training():
     [container] = pod["containers"]
     assert container["command"] == ["krea2", "infra", "telemetry"]
     assert "--sysfs-root=/host/sys" in container["args"]
+    assert "--host=0.0.0.0" in container["args"]  # the command's own default is loopback
     rules = yaml.safe_load(objects["ConfigMap"]["data"]["krea2-alerts.yaml"])
     assert any(r["alert"] == "GpuXidError" for g in rules["groups"] for r in g["rules"])

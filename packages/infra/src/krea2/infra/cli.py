@@ -78,7 +78,9 @@ def telemetry(
     gpu: list[int] = typer.Option([], help="GPU index to read (repeat); default: all."),
     interval: float = typer.Option(15.0, help="Seconds between reads when serving."),
     port: int = typer.Option(9400, help="Port of the /metrics exporter when serving."),
-    host: str = typer.Option("0.0.0.0", help="Address to bind when serving."),
+    host: str = typer.Option(
+        "127.0.0.1", help="Address to bind when serving; 0.0.0.0 inside a pod (the DaemonSet)."
+    ),
 ) -> None:
     """Read GPU (NVML) and InfiniBand (sysfs) health, export it, raise alerts.
 

@@ -64,6 +64,7 @@ def monitoring_manifests(
                             "command": ["krea2", "infra", "telemetry"],
                             "args": [
                                 f"--port={port}",
+                                "--host=0.0.0.0",  # the pod's own network: Prometheus scrapes it
                                 f"--interval={interval_s:g}",
                                 "--sysfs-root=/host/sys",
                             ],
