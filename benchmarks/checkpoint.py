@@ -111,7 +111,8 @@ def main() -> None:
         ["async_save: until durable", f"{med(durable):.2f}", f"{gib / med(durable):.2f}", "–"],
     ]
     markdown = (
-        f"## Checkpoints (`benchmarks/checkpoint.py`)\n\n"
+        f"## Checkpoints{', 1-rank gloo group' if args.gloo else ''} on {args.device} "
+        "(`benchmarks/checkpoint.py`)\n\n"
         f"{gib:.2f} GiB of float32 tensors (16 tensors) on {args.device}"
         f"{', 1-rank gloo group' if args.gloo else ''}, median of {args.repeats}, same disk. "
         "On CPU the async save's blocking part is a host memcpy "

@@ -252,7 +252,9 @@ def main() -> None:
     )
     md = "\n\n".join(
         [
-            "## DiT training step (`benchmarks/dit.py`)",
+            "## DiT training step"
+            + ("" if args.area == "dit" else f", {args.area}")
+            + " (`benchmarks/dit.py`)",
             f"Forward + backward of one step, {shape}; {args.rounds} interleaved rounds. "
             "On CPU the speedup compares process CPU seconds per step (the machine is "
             "shared; wall time is shown for reference). Target: ours ≥ 1.2x faster than "

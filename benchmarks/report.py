@@ -38,10 +38,60 @@ def write_results(area: str, results: dict[str, Any], markdown: str) -> None:
     begin, end = f"<!-- {area}:begin -->", f"<!-- {area}:end -->"
     section = f"{begin}\n{markdown.strip()}\n\n_{results['when']}, {results['machine']}._\n{end}"
     text = DOC.read_text() if DOC.exists() else HEADER
+    check_sections(text)  # never write into a corrupt page: fix it first (the error says where)
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else f"{text}\n{section}\n"
+    check_sections(text)  # e.g. a second section under a heading another one uses
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    tmp = DOC.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(DOC)  # atomic: an interrupted run leaves the old page whole
+
+
+MARKER = re.compile(r"<!-- ([\w.-]+):(begin|end) -->")
+
+
+def sections(text: str) -> dict[str, str]:
+    """Each benchmark section of docs/benchmarks.md by id, its text between the markers.
+    ValueError naming the problem when markers are unpaired, nested, out of order or an id
+    is used twice."""
+    found: dict[str, str] = {}
+    open_id, start = None, 0
+    for m in MARKER.finditer(text):
+        area, kind = m.groups()
+        if kind == "begin":
+            if open_id is not None:
+                raise ValueError(f"section {area!r} begins inside section {open_id!r}")
+            if area in found:
+                raise ValueError(f"section {area!r} appears twice")
+            open_id, start = area, m.end()
+        else:
+            if open_id != area:
+                raise ValueError(f"'{area}:end' closes {open_id or 'no section'!r}")
+            found[area], open_id = text[start : m.start()], None
+    if open_id is not None:
+        raise ValueError(f"section {open_id!r} has no end marker")
+    return found
+
+
+def check_sections(text: str) -> dict[str, str]:
+    """:func:`sections`, and each section: one ``## `` heading used by no other section, a
+    table, and the line saying when and on what machine it ran. ValueError otherwise."""
+    found = sections(text)
+    headings: dict[str, str] = {}
+    for area, body in found.items():
+        titles = re.findall(r"^## (.+)$", body, re.M)
+        if len(titles) != 1:
+            raise ValueError(f"section {area!r} has {len(titles)} '## ' headings, not 1")
+        if titles[0] in headings:
+            raise ValueError(f"sections {headings[titles[0]]!r} and {area!r} share the heading "
+                             f"{titles[0]!r}")  # fmt: skip
+        headings[titles[0]] = area
+        if not re.search(r"^\|( ?:?-{3,}:? ?\|)+\s*$", body, re.M):
+            raise ValueError(f"section {area!r} has no table")
+        if not re.search(r"^_.*20\d\d-\d\d-\d\d.*_\s*$", body, re.M):
+            raise ValueError(f"section {area!r} does not say when and where it ran")
+    return found
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:

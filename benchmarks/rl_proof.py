@@ -77,7 +77,8 @@ def main() -> None:
     seconds = {k: r["seconds"] for k, r in results.items()}
     s = cfg.preference  # the recipe's [preference] table, sampling as its [eval]
     md = (
-        "## Preference optimization on ShapesWorld (`benchmarks/rl_proof.py`)\n\n"
+        f"## Preference optimization on ShapesWorld{', quick demo model' if q else ''} "
+        "(`benchmarks/rl_proof.py`)\n\n"
         f"The demo's {'quick' if q else 'full'} pretrained model "
         f"({sum(st.steps for st in job.stages)} steps), then its preference stage: "
         f"{results['stpo']['pairs']} on-policy pairs ({s.samples_per_prompt} samples per "
