@@ -18,15 +18,6 @@ were done (lease expiry, then the ready backlog ahead of them: retry-at-end).
 
 from __future__ import annotations
 
-import sys
-
-# benchmarks/queue.py shadows the stdlib `queue` that psycopg imports: this directory goes last
-# on the import path (it is still needed for `report`).
-if sys.path and sys.path[0] == __import__("os").path.dirname(
-    __import__("os").path.abspath(__file__)
-):
-    sys.path.append(sys.path.pop(0))
-
 import argparse
 import json
 import os
@@ -34,6 +25,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,6 +35,12 @@ from typing import Any
 import psycopg
 
 from krea2.krablet import Job, Table, Warehouse, start_shard, stop_shard
+
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# benchmarks.report is imported only where it is used: the krablet tests and workers load this
+# file by path (so __spec__ is set) and need not have the repo root on sys.path.
 
 HERE = Path(__file__).resolve()
 TABLE = Table(
@@ -243,7 +241,7 @@ def run(
 
 
 def markdown(r: dict[str, Any]) -> str:
-    from report import table
+    from benchmarks.report import table
 
     return "\n".join(
         [
@@ -282,7 +280,7 @@ def markdown(r: dict[str, Any]) -> str:
 
 def rewrite_section() -> None:
     """Rewrite the docs section from benchmarks/results/chaos.json (no new run)."""
-    from report import ROOT, write_results
+    from benchmarks.report import ROOT, write_results
 
     saved = json.loads((ROOT / "benchmarks" / "results" / "chaos.json").read_text())
     r = {k: v for k, v in saved.items() if k not in ("area", "when", "machine")}
@@ -320,7 +318,7 @@ def main() -> None:
         lease_s=a.lease_s,
     )
     if not a.no_write:
-        from report import write_results
+        from benchmarks.report import write_results
 
         write_results("chaos", r, markdown(r))
     ok = r["lost"] == 0 and r["double_writes"] == 0 and (r["healthy_ratio"] or 0) >= 0.7

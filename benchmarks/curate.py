@@ -18,8 +18,7 @@ Targets: ours ≥ 3× baseline images/s per core on every set; decode ≥ 60% of
 time. Sets: the bundled real photos, ShapesWorld JPEGs, and four classes of large images
 composed at run time from the real photos (``large_images``: ≥ 12 MP JPEGs, 16-bit PNGs,
 5K RGBA PNGs, 5K screenshots; never committed).
-Run from the root: ``uv run python -m benchmarks.curate [--repeats 3] [--shapes 60]`` (as a
-module: run as a script, ``benchmarks/queue.py`` would shadow the stdlib ``queue``).
+Run from the root: ``uv run python -m benchmarks.curate [--repeats 3] [--shapes 60]``.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import hashlib
 import io
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -47,10 +47,10 @@ from krea2.curate.planes import planes
 from krea2.curate.shapes import render, sample_scene
 from krea2.curate.threads import single_threaded
 
-try:
-    from report import table, write_results
-except ImportError:  # run as a module from the root
-    from benchmarks.report import table, write_results
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 
 def real_photos() -> dict[str, bytes]:

@@ -13,7 +13,6 @@ Run: uv run --no-sync python -m benchmarks.dit             (CPU, ~5-10 min with 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -22,27 +21,22 @@ import sys
 import time
 from pathlib import Path
 
-# Python puts this folder first on sys.path, where benchmarks/queue.py would shadow the
-# stdlib `queue` that torch imports; drop it and load report.py by path instead.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
 # Idle OpenMP threads sleep instead of spinning, so CPU seconds count work, not waiting
 # for cores taken by other processes (read when torch loads its OpenMP runtime).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
+import torch
 
-from krea2.dit.config import get_config  # noqa: E402
-from krea2.dit.diffusers_config import to_diffusers_config  # noqa: E402
-from krea2.dit.keymap import diffusers_to_krea  # noqa: E402
-from krea2.dit.model import Krea2DiT  # noqa: E402
-from krea2.dit.testing import make_inputs, randomize  # noqa: E402
+from krea2.dit.config import get_config
+from krea2.dit.diffusers_config import to_diffusers_config
+from krea2.dit.keymap import diffusers_to_krea
+from krea2.dit.model import Krea2DiT
+from krea2.dit.testing import make_inputs, randomize
 
-_spec = importlib.util.spec_from_file_location("bench_report", HERE / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
-table, write_results = report.table, report.write_results
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 IMPLS = ("ours", "diffusers")
 MEMORY_IMPLS = ("ours", "ours-packed", "diffusers")

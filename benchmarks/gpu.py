@@ -16,7 +16,6 @@ benchmarks/results/gpu.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -26,25 +25,21 @@ import time
 import traceback
 from pathlib import Path
 
-# Python puts this folder first on sys.path, where benchmarks/queue.py would shadow the
-# standard library's queue (torch and psycopg import it): drop it before importing them.
+import torch
+
+from krea2.dit.config import get_config
+from krea2.dit.diffusers_config import to_diffusers_config
+from krea2.dit.flops import cost
+from krea2.dit.keymap import diffusers_to_krea
+from krea2.dit.model import Krea2DiT
+from krea2.dit.testing import make_inputs, randomize
+
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
+
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
-import torch  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
-_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_report)
-table, write_results = _report.table, _report.write_results
-
-from krea2.dit.config import get_config  # noqa: E402
-from krea2.dit.diffusers_config import to_diffusers_config  # noqa: E402
-from krea2.dit.flops import cost  # noqa: E402
-from krea2.dit.keymap import diffusers_to_krea  # noqa: E402
-from krea2.dit.model import Krea2DiT  # noqa: E402
-from krea2.dit.testing import make_inputs, randomize  # noqa: E402
-
 RESULTS = HERE / "results" / "gpu.json"
 PARTS = ("steps", "lora", "checkpoint", "float8")
 CHILD_MARK = "FLOAT8-ROWS "  # the child's result line (float8_in_child)

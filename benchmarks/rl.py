@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import socket
@@ -45,22 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
-# Python puts this script's folder first on sys.path, where benchmarks/queue.py would shadow
-# the standard library's queue (used by torch's DataLoader); drop it and load report and
-# rl_rewards by path.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_report = _load("report")
-table, write_results = _report.table, _report.write_results
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 TARGET = 2.2  # preference step / plain flow step
 # name -> (DiT overrides of the "toy" config, image side, rounds of steps by default):
@@ -413,7 +400,8 @@ def served(kind: str, batch: int):
 
 def rewards(quick: bool, batch: int, clients: int, rounds: int) -> tuple[dict, list[str]]:
     """benchmarks/rl_rewards.py's throughput comparison, plus the wire's own cost."""
-    rr = _load("rl_rewards")
+    from benchmarks import rl_rewards as rr
+
     calls = 8 if quick else 32
     images, prompts = rr._batch(256, seed=1)
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,14 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-
-# As benchmarks/rl_grpo_proof.py: this folder's rl.py would shadow modules on import.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 
 def averaged_module(pretrain_job, stage: int, work: Path, runs: list[str], step: int | None):

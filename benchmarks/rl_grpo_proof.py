@@ -21,19 +21,15 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
-# As benchmarks/rl_proof.py: drop this folder from sys.path, load report.py by path.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
-_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_report)
-table, write_results = _report.table, _report.write_results
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 # The budget the proof ran with on 2 shared cores (docs/rl.md, "Proof of RL without CFG").
 DEFAULTS = {

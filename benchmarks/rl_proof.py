@@ -20,7 +20,6 @@ docs/benchmarks.md and WORK/grids.png (rows: pretrained, STPO, DPO; first seed).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -29,16 +28,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-# Python puts this script's folder first on sys.path, where benchmarks/queue.py would shadow
-# the standard library's queue; drop it and load report by path (as benchmarks/trainer.py).
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
-_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_report)
-table, write_results = _report.table, _report.write_results
+from krea2.pipeline import evaluation, preference
 
-from krea2.pipeline import evaluation, preference  # noqa: E402
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 
 def demo_job(demo: Path, quick: bool):

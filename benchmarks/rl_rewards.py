@@ -18,7 +18,6 @@ Writes benchmarks/results/rl_rewards.json and the ``rl_rewards`` section of docs
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import signal
 import socket
@@ -31,17 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-# Python puts this script's folder first on sys.path, where benchmarks/queue.py would shadow
-# the standard library's queue (used by concurrent.futures); drop it and load report by path.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
-_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_report)
-table, write_results = _report.table, _report.write_results
-
-from krea2.curate import shapes  # noqa: E402
-from krea2.rl.rewards import (  # noqa: E402
+from krea2.curate import shapes
+from krea2.rl.rewards import (
     RewardClient,
     RewardOutput,
     ServerConfig,
@@ -53,6 +43,11 @@ from krea2.rl.rewards import (  # noqa: E402
     train_aesthetic_reward,
     train_artifact_reward,
 )
+
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 
 def _batch(n: int, seed: int, size: int = 64):

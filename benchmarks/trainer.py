@@ -12,7 +12,6 @@ same process, alternately, so machine load hits both alike.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import sys
@@ -20,16 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# Python puts this script's folder first on sys.path, where benchmarks/queue.py would shadow
-# the standard library's queue (used by torch's DataLoader); drop it and load report by path.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("report", HERE / "report.py")
-_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_report)
-table, write_results = _report.table, _report.write_results
-
-ROOT = HERE.parent
+# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
+if __spec__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.report import table, write_results
 
 
 def toy_job(
@@ -191,11 +184,7 @@ def projection_rows() -> tuple[list[list], dict]:
 
 def proof(steps: int, root: Path) -> dict:
     """The ShapesWorld toy proof at the toy config (batch 64), for ``steps`` steps."""
-    spec = importlib.util.spec_from_file_location(
-        "shapes_proof", ROOT / "tests" / "test_trainer_on_shapes.py"
-    )
-    sp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sp)
+    import tests.test_trainer_on_shapes as sp
     from krea2.curate import shapes
     from krea2.trainer.cli import run_job
     from krea2.trainer.observe import read_metrics

@@ -9,7 +9,7 @@ run, sequentially. Peers are installed in a throwaway virtual environment, never
     # PgQueuer's own driver, unchanged, from its repository (tools/benchmark.py):
     curl -L -o /tmp/pgq_benchmark.py \\
         https://raw.githubusercontent.com/janbjorge/pgqueuer/main/tools/benchmark.py
-    uv run --no-sync python benchmarks/queue.py --peer-python /tmp/peerbench/bin/python \\
+    uv run --no-sync python benchmarks/krablet_queue.py --peer-python /tmp/peerbench/bin/python \\
         --pgqueuer-driver /tmp/pgq_benchmark.py
 
 Sections (each prints one line per measurement; all numbers land in --out as JSON):
@@ -26,14 +26,6 @@ Without --peer-python the peer rows are skipped (and say so).
 
 from __future__ import annotations
 
-import sys
-
-# This file is named like the stdlib module `queue`: keep its directory off the import path.
-if sys.path and sys.path[0] == __import__("os").path.dirname(
-    __import__("os").path.abspath(__file__)
-):
-    sys.path.pop(0)
-
 import argparse
 import json
 import multiprocessing as mp
@@ -43,6 +35,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -438,7 +431,7 @@ def render(res: dict) -> str:
     st = res["settings"]
     lines = [
         BEGIN,
-        "## Queue and funnel (`benchmarks/queue.py`)",
+        "## Queue and funnel (`benchmarks/krablet_queue.py`)",
         "",
         f"One embedded PostgreSQL {st.get('server_version')} (pgserver), stock durable settings "
         f"(fsync {st.get('fsync')}, synchronous_commit {st.get('synchronous_commit')}, "
@@ -514,8 +507,9 @@ def render(res: dict) -> str:
             "",
         ]
     lines += [
-        "Reproduce: see the docstring of `benchmarks/queue.py` (peer venv, then "
-        "`uv run --no-sync python benchmarks/queue.py --peer-python /tmp/peerbench/bin/python "
+        "Reproduce: see the docstring of `benchmarks/krablet_queue.py` (peer venv, then "
+        "`uv run --no-sync python benchmarks/krablet_queue.py "
+        "--peer-python /tmp/peerbench/bin/python "
         "--pgqueuer-driver /tmp/pgq_benchmark.py --write-docs docs/benchmarks.md`). "
         "Raw numbers: `benchmarks/results/queue.json`.",
         "",
