@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,6 +18,7 @@ from krea2.curate.shapes import make_pool, shapes_tagger, write_pool
 from krea2.curate.sources import list_source
 from krea2.curate.stages import COLUMNS
 from krea2.infra import shards
+from krea2.infra.pause import pause_env, wait_for_pause
 
 
 def _pool_dir(tmp_path: Path, corrupt_corpus=None, **kw) -> Path:
@@ -143,22 +143,20 @@ def test_a_worker_killed_mid_batch_loses_nothing(tmp_path, cluster_file):
         "--cluster",
         c,
     ]
+    notice = tmp_path / "paused"
+    # the worker holds its second batch, claimed and leased, once the first is written
+    env = os.environ | pause_env("krablet images.analyze", 1, notice)
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    wh = curate.open_warehouse(c)
-    reader = wh.reader()
-    done = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        done = reader.count(curate.TABLE, [["md5", "is not", None]])
-        if done >= 4:
-            break
-        time.sleep(0.05)
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    wait_for_pause(notice, proc, timeout_s=120)
     os.killpg(proc.pid, signal.SIGKILL)  # the worker and its decode children, mid-batch
     proc.wait()
+    wh = curate.open_warehouse(c)
+    done = wh.reader().count(curate.TABLE, [["md5", "is not", None]])
     assert 4 <= done < total, "the worker must die with work left"
-    time.sleep(2.5)  # let the dead worker's lease expire
+    # no wait for its lease: the rerun (until empty) waits for the dead worker's rows itself
     _invoke("run", "--stages", "analyze", "--batch-size", "16", "--cluster", c)
     rows = curate.read_rows(wh, ["md5", "reject", "uri"])
     wh.close()

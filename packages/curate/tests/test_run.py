@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 from krea2 import curate
 from krea2.curate.cli import app
 from krea2.curate.shapes import make_pool, write_pool
+from krea2.infra.pause import pause_env, wait_for_pause
 
 KREA2 = str(Path(sys.executable).parent / "krea2")
 
@@ -94,17 +94,15 @@ def test_a_signal_with_work_left_exits_non_zero_says_how_far_and_a_rerun_resumes
     _invoke("ingest", str(directory), "--name", "pool", "--cluster", c)
     cmd = [KREA2, "curate", "run", "--stages", "analyze,dedup", "--batch-size", "2",
            "--cluster", c]  # fmt: skip
-    env = os.environ | {"KREA2_PROGRESS": "off"}
+    notice = tmp_path / "paused"
+    # the analyze worker holds its second batch (claimed) once the first is written
+    env = os.environ | {"KREA2_PROGRESS": "off"} | pause_env("krablet images.analyze", 1, notice)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True,
     )  # fmt: skip
     wh = curate.open_warehouse(c)
-    reader = wh.reader()
-    deadline = time.monotonic() + 120
-    while reader.count(curate.TABLE, [["md5", "is not", None]]) < 2:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
+    wait_for_pause(notice, proc, timeout_s=120)
     os.killpg(proc.pid, signum)  # as Ctrl-C does: the whole process group
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, (stdout, stderr)

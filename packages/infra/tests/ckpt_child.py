@@ -2,8 +2,9 @@
 
 Usage: python ckpt_child.py ROOT STOP_AT, where STOP_AT is one of
 ``manifest`` (tensors written, not yet renamed), ``marker`` (renamed, no COMPLETE
-marker yet) or ``write`` (in the middle of writing tensors). At the stop point the child
-prints ``STOPPED`` and sleeps until the parent SIGKILLs it.
+marker yet) or ``write`` (in the middle of writing tensors: one item's bytes are in a file,
+the rest are not). At the stop point the child prints ``STOPPED`` and sleeps until the
+parent SIGKILLs it, so the save cannot get past that point whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -46,9 +47,17 @@ def main() -> None:
 
         checkpoint.write_durably = write_durably
     elif stop_at == "write":
-        print("WRITING", flush=True)
-        manager.save(2, state_for(2, mib=400), {"step": 2})
-        return
+        from torch.distributed.checkpoint import filesystem
+
+        real_item = filesystem._write_item
+
+        def write_item(transforms, stream, *args, **kwargs):
+            result = real_item(transforms, stream, *args, **kwargs)
+            stream.flush()  # these bytes are on disk, in the temporary directory
+            hang()
+            return result
+
+        filesystem._write_item = write_item
     manager.save(2, state_for(2), {"step": 2})
 
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -219,19 +218,17 @@ def test_sigkill_mid_save_leaves_previous_checkpoint_loadable(tmp_path, stop_at)
         text=True,
     )
     try:
-        wanted = "WRITING" if stop_at == "write" else "STOPPED"
         for line in child.stdout:
-            if line.strip() == wanted:
+            if line.strip() == "STOPPED":  # it holds there until killed (ckpt_child.hang)
                 break
-        if stop_at == "write":  # wait until tensor bytes are actually being written
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                tmp = tmp_path / ".tmp-step-000000002"
-                if tmp.is_dir() and any(p.stat().st_size > 0 for p in tmp.iterdir()):
-                    break
-                time.sleep(0.005)
+        else:
+            raise AssertionError("the child ended before its stop point")
+        if stop_at == "write":  # tensor bytes are actually being written
+            tmp = tmp_path / ".tmp-step-000000002"
+            assert any(p.stat().st_size > 0 for p in tmp.iterdir())
         os.kill(child.pid, signal.SIGKILL)
     finally:
+        child.kill()  # already dead unless the test failed before its SIGKILL
         child.wait(timeout=60)
     manager = CheckpointManager(tmp_path)
     assert manager.latest_step() == 1

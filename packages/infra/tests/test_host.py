@@ -108,6 +108,8 @@ def up(data: str = typer.Option(..., "--data")) -> None:
 
 @app.command()
 def wait() -> None:
+    # a signal to itself, delivered before kill() returns: its KeyboardInterrupt comes in or
+    # right after the sleep (the work it stands for), never after the print: no race
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(5)
     print("not interrupted")

@@ -68,3 +68,35 @@ def test_a_pause_ends_after_its_limit(tmp_path):
                           timeout=120, env=env)  # fmt: skip
     assert done.returncode == 0 and "finished" in done.stdout
     assert notice.read_text().startswith("paused at train toy 1")
+
+
+def test_every_thread_holds_while_the_pause_lasts_and_an_event_ends_it(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from krea2.infra import pause
+
+    monkeypatch.setattr(pause, "_deadlines", {})
+    notice = tmp_path / "notice"
+    for key, value in pause_env("slot", 1, notice).items():
+        monkeypatch.setenv(key, value)
+    stop = threading.Event()
+    held: list[float] = []
+
+    def slot() -> None:
+        pause.pause_point("slot", 1, until=stop)
+        held.append(time.monotonic())
+
+    threads = [threading.Thread(target=slot) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_for_pause(notice, timeout_s=30)
+    time.sleep(0.2)  # the threads are held, not racing: nothing can end them but `stop`
+    assert held == [] and all(t.is_alive() for t in threads)
+    released = time.monotonic()
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert len(held) == 3 and min(held) >= released
+    assert notice.read_text().count("paused at slot") == 1  # announced once
+    pause.pause_point("slot", 5, until=stop)  # a label pauses once: later calls pass

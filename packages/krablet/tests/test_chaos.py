@@ -25,6 +25,9 @@ def chaos():
 
 
 def test_killed_workers_and_a_shard_outage_lose_nothing_and_write_each_result_once(chaos):
+    # Chaos on a timer on purpose: no kill moment may lose or double a row, so where each
+    # SIGKILL lands is not asserted. What must hold at given moments (work left at the
+    # outage) rests on delay_s, a sleep per batch, which no faster machine shortens.
     r = chaos.run(
         rows=2000,
         workers=4,

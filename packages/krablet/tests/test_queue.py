@@ -69,13 +69,14 @@ def test_concurrent_claimers_write_every_result_exactly_once(cluster):
 
 
 def test_an_expired_lease_is_reclaimed_and_the_old_owner_loses(cluster1):
-    wh = Warehouse.open(cluster1, tables=[items(lease_s=0.3)])
+    # a 1 s lease: the check that it is live holds unless this process stalls for a second
+    wh = Warehouse.open(cluster1, tables=[items(lease_s=1.0)])
     seed(wh, 5)
     a, b = wh.queue("items", "ocr", owner="a"), wh.queue("items", "ocr", owner="b")
     first = a.claim(0, 10)
     assert len(first) == 5
     assert len(b.claim(0, 10)) == 0  # lease live: nobody else gets these rows
-    time.sleep(0.4)
+    time.sleep(1.1)  # past the lease (wall-clock semantics), longer on a slow machine too
     second = b.claim(0, 10)
     assert sorted(second.keys) == sorted(first.keys)
     assert set(second.attempts.values()) == {2}
@@ -84,12 +85,12 @@ def test_an_expired_lease_is_reclaimed_and_the_old_owner_loses(cluster1):
 
 
 def test_heartbeat_keeps_the_lease_alive(cluster1):
-    wh = Warehouse.open(cluster1, tables=[items(lease_s=0.3)])
+    wh = Warehouse.open(cluster1, tables=[items(lease_s=1.0)])
     seed(wh, 3)
     a, b = wh.queue("items", "ocr", owner="a"), wh.queue("items", "ocr", owner="b")
     c = a.claim(0, 10)
-    for _ in range(4):
-        time.sleep(0.15)
+    for _ in range(4):  # 1.2 s in all, past the lease; a beat every 0.3 s, 0.7 s to spare
+        time.sleep(0.3)
         assert sorted(a.heartbeat(c)) == [0, 1, 2]
         assert len(b.claim(0, 10)) == 0
     assert len(a.complete(c, {k: {"contains_text": True} for k in c.keys})) == 3
@@ -247,7 +248,7 @@ def test_an_expired_lease_goes_behind_the_ready_backlog(cluster1):
     seed(wh, 10)
     q = wh.queue("items", "ocr")
     killed = q.claim(0, 3, lease_s=0.2)  # its worker dies: nobody completes or releases
-    time.sleep(0.5)
+    time.sleep(0.5)  # past the lease (wall-clock semantics); longer is as good
     assert sorted(q.claim(0, 7).keys) == sorted(set(range(10)) - set(killed.keys))
     again = q.claim(0, 10)
     assert sorted(again.keys) == sorted(killed.keys)

@@ -9,16 +9,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 import pytest
 
+from krea2.infra.pause import pause_env, wait_for_pause
 from krea2.krablet import Job, Table, Warehouse
 from krea2.krablet.embedded import start_shard, stop_shard
 from krea2.krablet.worker import Worker
 
 HANDLERS = str(Path(__file__).with_name("handlers.py"))
+PAUSE = "krablet nums.square"  # the worker's pause point (krea2.krablet.worker)
 NUMS = Table(
     "nums",
     key="n",
@@ -63,13 +65,40 @@ def spawn(cluster_file: Path, *args: str, env: dict | None = None) -> subprocess
     )
 
 
-def wait_for_progress(cluster, procs: list[subprocess.Popen], timeout: float = 60) -> None:
-    """Block until the workers have written some results (they are past start-up)."""
-    deadline = time.monotonic() + timeout
-    while not any(v is not None for v in results(cluster).values()):
-        assert time.monotonic() < deadline, "workers made no progress"
-        assert all(p.poll() is None for p in procs), "a worker exited early"
-        time.sleep(0.1)
+class Output:
+    """A child's output, read on a thread, so a test can wait for a line while it runs."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._lines: list[str] = []
+        self._done = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._reader.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._done = True
+            self._changed.notify_all()
+
+    def wait_for(self, *needles: str, timeout: float = 60) -> None:
+        """Block until a line holds one of ``needles``; fail if the output ends first."""
+
+        def seen() -> bool:
+            return any(n in line for line in self._lines for n in needles)
+
+        with self._changed:
+            self._changed.wait_for(lambda: seen() or self._done, timeout)
+            assert seen(), f"no line with {needles}:\n{''.join(self._lines)}"
+
+    def text(self, timeout: float = 30) -> str:
+        """All of it, once the child has closed its output."""
+        self._reader.join(timeout)
+        return "".join(self._lines)
 
 
 def test_worker_drains_a_dag_and_fails_single_rows(cluster):
@@ -122,11 +151,10 @@ def test_a_signal_finishes_or_releases_claims_and_exits_interrupted(cluster, tmp
     wh = Warehouse.open(cluster, tables=[NUMS])
     seed(wh, 400)
     path = cluster.save(tmp_path / "cluster.json")
-    proc = spawn(
-        path, "--batch-size", "10", "--concurrency", "2", env={"KRABLET_TEST_DELAY": "0.3"}
-    )
-    wait_for_progress(cluster, [proc])
-    time.sleep(0.5)
+    notice = tmp_path / "paused"
+    env = {"KRABLET_TEST_DELAY": "0.3", **pause_env(PAUSE, 3, notice)}
+    proc = spawn(path, "--batch-size", "10", "--concurrency", "2", env=env)
+    wait_for_pause(notice, proc, timeout_s=60)  # both slots hold a claimed batch: work left
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == status, out  # 128 + the signal: stopped with work left
@@ -145,18 +173,28 @@ def test_sigkilled_workers_lose_nothing_on_a_20000_row_job(cluster, tmp_path):
     path = cluster.save(tmp_path / "cluster.json")
     args = ("--batch-size", "200", "--lease-s", "1.5", "--until-empty")
     env = {"KRABLET_TEST_DELAY": "0.05"}
-    procs = [spawn(path, *args, env=env) for _ in range(2)]
-    kills = 0
     rng = random.Random(7)
-    wait_for_progress(cluster, procs)
-    while kills < 5:
-        victim = rng.randrange(len(procs))
-        procs[victim].kill()
-        procs[victim].wait()
-        kills += 1
-        procs[victim] = spawn(path, *args, env=env)
-        time.sleep(0.8)
-    for p in procs:
+    spawned = 0
+
+    def start() -> tuple[subprocess.Popen, Path | None]:
+        """A worker; the first five hold at a random batch, leases held, to be SIGKILLed."""
+        nonlocal spawned
+        spawned += 1
+        if spawned > 5:
+            return spawn(path, *args, env=env), None
+        notice = tmp_path / f"paused-{spawned}"
+        held = {**env, **pause_env(PAUSE, rng.randrange(1, 6), notice)}
+        return spawn(path, *args, env=held), notice
+
+    procs = [start(), start()]
+    for kills in range(5):
+        victim, notice = procs[kills % 2]  # each held worker is killed: none waits out a pause
+        assert notice is not None
+        wait_for_pause(notice, victim, timeout_s=60)  # mid-batch: it holds claimed rows
+        victim.kill()
+        victim.wait()
+        procs[kills % 2] = start()
+    for p, _ in procs:
         p.communicate(timeout=90)
     res = results(cluster)
     assert len(res) == 20_000
@@ -181,26 +219,27 @@ def test_a_postgres_restart_is_survived_by_workers_and_the_funnel(own_server, tm
     wh = Warehouse.open([dsn], tables=[NUMS])
     seed(wh, 2000)
     path = wh.cluster.save(tmp_path / "cluster.json")
-    proc = spawn(
-        path,
-        "--batch-size",
-        "50",
-        "--lease-s",
-        "5",
-        "--until-empty",
-        env={"KRABLET_TEST_DELAY": "0.1"},
-    )
+    notice, gate = tmp_path / "paused", tmp_path / "go-on"
+    env = {
+        "KRABLET_TEST_DELAY": "0.1",
+        "KRABLET_TEST_GATE": str(gate),
+        "KRABLET_TEST_GATE_AFTER": "3",  # three batches done, the fourth held in the handler
+        "KRABLET_TEST_NOTICE": str(notice),
+    }
+    proc = spawn(path, "--batch-size", "50", "--lease-s", "5", "--until-empty", env=env)
+    output = Output(proc)
     funnel = wh.funnel()
-    wait_for_progress(wh.cluster, [proc])
-    time.sleep(0.5)
+    wait_for_pause(notice, proc, timeout_s=60)
     assert proc.poll() is None  # the worker is mid-job when Postgres goes away
     assert stop_shard(pgdata, mode="fast")
     funnel.upsert("nums", [{"n": i} for i in range(2000, 2500)])  # buffered while down
-    time.sleep(1.0)
+    gate.touch()  # the held batch ends while Postgres is down
+    output.wait_for("unreachable", "error connecting")  # it saw the outage: the shard comes back
     start_shard(pgdata)
     funnel.flush(timeout=30)
     funnel.close()
-    out, _ = proc.communicate(timeout=90)
+    proc.wait(timeout=90)
+    out = output.text()
     assert proc.returncode == 0, out
     assert "unreachable" in out or "error connecting" in out  # it saw the outage, carried on
     if any(v is None for v in results(wh.cluster).values()):  # rows landed after the exit

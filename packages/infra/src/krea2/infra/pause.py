@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +32,8 @@ PAUSE_ENV = "KREA2_PAUSE_AT"
 NOTICE_ENV = "KREA2_PAUSE_NOTICE"
 LIMIT_ENV = "KREA2_PAUSE_S"
 
-_paused: set[str] = set()  # labels this process has paused at already (each pauses once)
+_deadlines: dict[str, float] = {}  # label -> when its (one) pause ends, in monotonic seconds
+_lock = threading.Lock()
 
 
 def pause_target() -> tuple[str, int] | None:
@@ -46,23 +48,35 @@ def pause_target() -> tuple[str, int] | None:
     return label.strip(), int(count)
 
 
-def pause_point(label: str, done: int = 0) -> None:
+def pause_point(label: str, done: int = 0, until: threading.Event | None = None) -> None:
     """Hold here when ``KREA2_PAUSE_AT`` names ``label`` and ``done`` has reached its count
-    (module docstring); otherwise return at once."""
+    (module docstring); otherwise return at once. A label pauses once per process: the first
+    caller announces it, and every thread that reaches it while the pause lasts holds too (a
+    worker's slots all stop mid-batch). ``until``: an event that ends the hold early, for
+    code whose signal handlers only ask it to stop (a handled SIGTERM does not interrupt a
+    sleep the way Ctrl-C's KeyboardInterrupt does)."""
     target = pause_target()
-    if target is None or target[0] != label or done < target[1] or label in _paused:
+    if target is None or target[0] != label or done < target[1]:
         return
-    _paused.add(label)
-    notice = f"paused at {label} {done} (pid {os.getpid()})"
+    with _lock:
+        deadline = _deadlines.get(label)
+        if deadline is None:
+            limit = float(os.environ.get(LIMIT_ENV, "300") or 300)
+            deadline = _deadlines[label] = time.monotonic() + limit
+            _announce(f"paused at {label} {done} (pid {os.getpid()})")
+    while (left := deadline - time.monotonic()) > 0:
+        if until is None:
+            time.sleep(min(left, 0.5))  # a signal's handler runs between these sleeps
+        elif until.wait(min(left, 0.05)):
+            return
+
+
+def _announce(notice: str) -> None:
     print(notice, file=sys.stderr, flush=True)
     path = os.environ.get(NOTICE_ENV, "").strip()
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.write(notice + "\n")
-    limit = float(os.environ.get(LIMIT_ENV, "300") or 300)
-    deadline = time.monotonic() + limit
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, 0.5))  # a signal's handler runs between these sleeps
 
 
 # --------------------------------------------------------------------------- the test's side

@@ -11,6 +11,11 @@ ours). Slots, start-up and the heartbeat never wait on a dead shard for longer t
 connect timeout. Leases are extended by a heartbeat thread every ``lease_s / 3``. ``stop()``
 (SIGTERM/SIGINT under ``run``) stops claiming, lets running batches finish for up to
 ``grace_s`` and releases whatever is still unfinished.
+
+Each worker is a pause point (:mod:`krea2.infra.pause`) named ``krablet TABLE.JOB``, counted
+in finished batches: with ``KREA2_PAUSE_AT='krablet nums.square:2'`` every slot holds its
+next claimed batch, leases kept alive, once two batches are done, until ``stop()`` (a signal)
+or the pause's time limit. A test can so SIGKILL or signal a worker provably mid-batch.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import psycopg
 
 import krea2.krablet.metrics as metrics
 from krea2.infra.errors import UserError
+from krea2.infra.pause import pause_point
 from krea2.krablet.connections import ShardUnavailable
 from krea2.krablet.handler import BatchRunner, instantiate, one_line, resolve_handler
 from krea2.krablet.queue import Claim, Queue
@@ -118,6 +124,7 @@ class Worker:
         n = len(wh.cluster)
         self._backlog = [1.0] * n  # optimistic until measured
         self._labels = [(table, job, str(i)) for i in range(n)]
+        self._pause_label = f"krablet {table}.{job}"
 
     # -- shard choice and health -------------------------------------------------------------
     def _pick_shard(self) -> int | None:
@@ -274,12 +281,18 @@ class Worker:
         with self._lock:
             self._active[claim.token] = claim
             self.stats.claimed += len(claim)
+        self._hold()
         results, errors = self._batches.run(fn, claim.rows, claim.keys)
         with self._lock:
             self.stats.batches += 1
         if not self._settle(claim, results, errors):
             with self._lock:
                 self._parked.append((claim, results, errors))
+
+    def _hold(self) -> None:
+        """The pause point (module docstring), before a claimed batch's handler runs; ``stop()``
+        ends the hold as it ends a run, and the held batches then finish like running ones."""
+        pause_point(self._pause_label, self.stats.batches, until=self._stop)
 
     def _settle(self, claim: Claim, results: dict, errors: dict) -> bool:
         """Write a batch's results and failures (emptying both as they land); False if its
