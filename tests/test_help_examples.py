@@ -8,6 +8,7 @@ command blocks (tests/test_docs_commands.py), which walk each flow from its firs
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -136,3 +137,41 @@ def test_self_contained_examples_run(example: str, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip()
+
+
+# --- help that renders ----------------------------------------------------------------------
+
+
+def test_every_summary_is_a_whole_sentence_on_one_line():
+    # the listing shows a command's first paragraph: cut mid-sentence, it reads as a bug
+    for path, command in commands():
+        summary = host.summary_line(command.help)
+        assert summary.endswith((".", "!", "?", ")")), f"krea2 {' '.join(path)}: {summary!r}"
+    for ep in host.plugin_entry_points().values():  # the root's listing, read without imports
+        assert host._summary(ep).endswith((".", ")")), ep.name
+
+
+def test_help_paragraphs_are_reflowed_so_the_terminal_wraps_them():
+    for path, command in commands():
+        assert host.reflow_help(command.help) == command.help, " ".join(path)
+    text = "First line\nof a sentence.\n\n- item one\n  goes on\n- item two\nExample: krea2 a\n--b"
+    assert host.reflow_help(text) == (
+        "First line of a sentence.\n\n- item one goes on\n- item two\nExample: krea2 a --b"
+    )
+    code = "Run this:\n\n    krea2 demo\n    --quick\n\nThen open the report."
+    assert host.reflow_help(code) == code  # indented blocks are kept as written
+
+
+@pytest.mark.parametrize("path", [("dit", "sample"), ("train",), ()], ids=" ".join)
+def test_help_renders_at_80_columns_without_ragged_lines(path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert host.run_cli(host.app, [*path, "--help"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines and max(len(line) for line in lines) <= 80
+    # a ragged break leaves a line of one or two words inside a paragraph
+    description = out.split("╭")[0]
+    for line, after in itertools.pairwise(description.splitlines()):
+        words = line.split()
+        if after.strip() and 0 < len(words) <= 2 and not line.strip().startswith("Usage"):
+            pytest.fail(f"ragged line {line!r} before {after!r}")

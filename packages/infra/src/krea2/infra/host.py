@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
+import re
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -60,7 +62,7 @@ def _summary(ep: metadata.EntryPoint) -> str:
     """
     doc = _function_docstring(ep)
     if doc:
-        return doc.strip().splitlines()[0]
+        return summary_line(doc)
     dist = ep.dist
     summary = (dist.metadata["Summary"] or "") if dist is not None else ""
     return summary.split(": ", 1)[-1] if summary.startswith("krea2.") else summary
@@ -81,6 +83,51 @@ def _function_docstring(ep: metadata.EntryPoint) -> str | None:
     return None
 
 
+# A line that starts a new item of a help paragraph instead of continuing the one before:
+# a bullet, a numbered step, an example.
+_ITEM = re.compile(r"^(?:[-*•] |\d+[.)] |Examples?:|\$ )")
+
+
+def reflow_help(text: str | None) -> str | None:
+    """Help text whose paragraphs are single lines, so the terminal (rich) wraps them.
+
+    Docstrings are wrapped at the source's width; typer keeps their line breaks, which
+    leaves ragged lines (``record their text conditioning, / prediction / and shift``) at
+    any other width. Each line is joined to the one before unless it starts an item
+    (bullet, numbered step, ``Example:``); an indented paragraph (code) and click's ``\\b``
+    blocks are kept as written; a ``\\f`` tail is kept."""
+    if not text:
+        return text
+    head, sep, tail = inspect.cleandoc(text).partition("\f")
+    paragraphs = []
+    for paragraph in head.split("\n\n"):
+        lines = paragraph.split("\n")
+        if paragraph[:1] in ("\b", " ", "\t"):  # click's no-rewrap marker, or code
+            paragraphs.append(paragraph)
+            continue
+        joined: list[str] = []
+        for line in lines:
+            if joined and not _ITEM.match(line):
+                joined[-1] = f"{joined[-1]} {line.strip()}"
+            else:
+                joined.append(line.strip())
+        paragraphs.append("\n".join(joined))
+    return "\n\n".join(paragraphs) + sep + tail
+
+
+def summary_line(text: str | None) -> str:
+    """The first paragraph of a help text as one line: a command's summary in listings."""
+    return (reflow_help(text) or "").split("\n\n")[0].split("\n")[0].strip()
+
+
+def reflow_tree(command: Any) -> Any:
+    """:func:`reflow_help` applied to ``command`` and every command under it (in place)."""
+    command.help = reflow_help(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        reflow_tree(sub)
+    return command
+
+
 def as_click_command(obj: Any, name: str) -> click.Command:
     """Turn a plugin object (a ``typer.Typer`` or a plain function) into a click command."""
     if isinstance(obj, typer.Typer):
@@ -96,7 +143,7 @@ def as_click_command(obj: Any, name: str) -> click.Command:
             f"entry point {name!r} is a {type(obj).__name__}, not a typer app or function"
         )
     command.name = name
-    return command
+    return reflow_tree(command)
 
 
 class PluginLoadError(click.ClickException):
@@ -263,6 +310,7 @@ def run_cli(command: Callable[..., Any] | click.Command, args: list[str] | None 
     click_command = (
         command if isinstance(command, click.Command) else typer.main.get_command(command)
     )
+    reflow_tree(click_command)
     try:
         result = click_command.main(args=args, prog_name="krea2", standalone_mode=False)
     except UserError as exc:

@@ -8,7 +8,7 @@ import typer
 
 app = typer.Typer(
     help=(
-        "Train krea2.dit models (FSDP2 + TP on torchrun). "
+        "Train krea2.dit models (FSDP2 + TP on torchrun).\n\n"
         "Example: krea2 train toy-data data/toy && krea2 train --config configs/toy/pretrain.toml "
         "--set stages.0.steps=100; "
         "many ranks: torchrun --nproc-per-node 8 -m krea2.trainer --config job.toml"
@@ -19,14 +19,17 @@ app = typer.Typer(
 
 
 def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = False) -> None:
-    """Load, validate (before any work), then train. Shared by the CLI and ``-m krea2.trainer``."""
+    """Load, check (the config, the files it names and the shards; before any work, so a
+    mistake leaves no run directory), then train. Shared by the CLI and ``-m krea2.trainer``."""
     from krea2.infra.logging import setup_logging
     from krea2.trainer.config import load_job
     from krea2.trainer.distributed import shutdown, world_size
-    from krea2.trainer.validate import validate_job
+    from krea2.trainer.preflight import preflight
 
     cfg = load_job(config, overrides)
-    validate_job(cfg, world_size())
+    # the config, the model files and the shards: every problem, one error: line each
+    for warning in preflight(cfg, world_size()):
+        typer.echo(f"warning: {warning}", err=True)
     if dry_run:
         typer.echo(f"config {config} is valid for {world_size()} rank(s)")
         return
@@ -55,7 +58,11 @@ def train(
         [], "--set", help="override a key, e.g. --set optimizer.lr=3e-4 (repeatable)"
     ),
     resume: bool = typer.Option(False, "--resume", help="continue from the newest checkpoint"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="only validate the config"),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="only check the config, the model files' configs and the shards (no weights loaded)",
+    ),
 ) -> None:
     """Run the job in --config (one process here; use torchrun for several)."""
     if ctx.invoked_subcommand is not None:
