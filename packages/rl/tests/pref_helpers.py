@@ -1,4 +1,5 @@
-"""Shared by the preference tests: tiny pair sets and job files, and a rank launcher."""
+"""Shared by the preference tests: tiny pair sets and job files, a rank launcher, and
+(from krea2.trainer.held_run) a SIGKILL of a training job held at a pause point."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import numpy as np
 from PIL import Image
 
 from krea2.rl.preference import Pair, export_pair_shards
+from krea2.trainer.held_run import held_env, kill_when_held, newest_save_at
+
+__all__ = ["COLORS", "held_env", "kill_when_held", "launch", "newest_save_at", "pair_job",
+           "square", "toy_pairs", "write_pairs"]  # fmt: skip
 
 COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 90, 230)}
 
@@ -105,9 +110,9 @@ def write_pairs(root: Path, n: int = 16) -> Path:
     return out
 
 
-def launch(nproc: int, *args: str) -> subprocess.Popen:
+def launch(nproc: int, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``nproc`` ranks of ``python -m krea2.rl.preference.train ARGS`` with torchrun's
-    environment, in one new process group (one SIGKILL stops the job)."""
+    environment (plus ``env``), in one new process group (one SIGKILL stops the job)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -128,5 +133,5 @@ def launch(nproc: int, *args: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
     )

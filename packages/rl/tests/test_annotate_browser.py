@@ -138,7 +138,8 @@ class Chromium:
 
     def close(self) -> None:
         # Every Chromium process, not just the browser: a renderer left alive writes into
-        # the profile while it is being removed ("Directory not empty").
+        # the profile while it is being removed ("Directory not empty"). Teardown: the test
+        # is over, no assertion depends on the browser's state at this kill.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()

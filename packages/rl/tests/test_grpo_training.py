@@ -6,23 +6,26 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from krea2.trainer import read_metrics, write_toy_shards
 
+sys.path.insert(0, str(Path(__file__).parent))
+from pref_helpers import held_env, kill_when_held, newest_save_at
+
 STEPS = 3
 
 
-def _launch(nproc: int, module: str, *args: str) -> subprocess.Popen:
-    """``nproc`` ranks of ``python -m MODULE ARGS`` with torchrun's environment, in one new
-    process group (one SIGKILL stops them all)."""
+def _launch(
+    nproc: int, module: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """``nproc`` ranks of ``python -m MODULE ARGS`` with torchrun's environment (plus
+    ``env``), in one new process group (one SIGKILL stops them all)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -43,8 +46,19 @@ def _launch(nproc: int, module: str, *args: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {})),
     )
+
+
+def _killed_after_two_steps(run: Path, *args: str) -> int:
+    """``krea2.rl.grpo.train ARGS`` held after 2 of its 3 steps (a pause point: it cannot
+    train on or finish first), SIGKILLed once its newest checkpoint begun (step 0; every step
+    checkpoints, step 1's save comes after the pause) is complete; returns that step."""
+    notice, saved = run.parent / "paused", newest_save_at(2, every=1)
+    proc = _launch(1, "krea2.rl.grpo.train", *args, env=held_env("rl", 2, notice))
+    kill_when_held(proc, notice, run / "checkpoints" / "rl", saved)
+    assert max(r["step"] for r in _rows(run)) == 1  # step 1 logged, then held
+    return saved
 
 
 @pytest.fixture(scope="module")
@@ -171,17 +185,12 @@ def test_nft_kl_term_is_zero_at_the_reference_and_grows_after_updates(tmp_path, 
 @pytest.mark.slow
 def test_kill_and_resume_repeats_the_rollouts_and_losses(tmp_path, pretrained, single_run):
     cfg = _config(tmp_path, pretrained)
-    proc = _launch(1, "krea2.rl.grpo.train", str(cfg))
-    deadline = time.time() + 300
-    while not ((tmp_path / "run" / "metrics.jsonl").exists() and _rows(tmp_path / "run")):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    saved = _killed_after_two_steps(tmp_path / "run", str(cfg))
     out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--resume")).communicate(
         timeout=300
     )
     assert proc.returncode == 0, out[-3000:]
+    assert f"resumed stage rl at step {saved + 1}" in out
     by_step = {r["step"]: r for r in _rows(tmp_path / "run")}
     assert sorted(by_step) == list(range(STEPS))
     for ref in single_run:
@@ -202,19 +211,13 @@ def test_nft_old_policy_is_checkpointed_and_a_resume_repeats_the_run(tmp_path, p
     assert proc.returncode == 0, out[-3000:]
     ref = {r["step"]: r for r in _rows(tmp_path / "whole" / "run")}
     cut = _config(tmp_path / "cut", pretrained, "nft")
-    proc = _launch(1, "krea2.rl.grpo.train", str(cut), *NFT_OLD)
     run = tmp_path / "cut" / "run"
-    deadline = time.time() + 300
-    # killed after step 1: the resume loads an old policy that lags the weights
-    while not ((run / "metrics.jsonl").exists() and any(r["step"] >= 1 for r in _rows(run))):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    # killed after step 1: the resume loads (step 0's) old policy, which lags the weights
+    saved = _killed_after_two_steps(run, str(cut), *NFT_OLD)
     args = ("krea2.rl.grpo.train", str(cut), "--resume", *NFT_OLD)
     out, _ = (proc := _launch(1, *args)).communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
-    assert "resumed stage" in out
+    assert f"resumed stage rl at step {saved + 1}" in out
     by_step = {r["step"]: r for r in _rows(run)}
     assert sorted(by_step) == sorted(ref) == list(range(STEPS))
     for step, row in ref.items():

@@ -4,10 +4,7 @@ FSDP on 2 gloo ranks equal to one process."""
 from __future__ import annotations
 
 import math
-import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,7 @@ from krea2.rl.preference import PreferenceConfig, train_preference
 from krea2.trainer import load_job, read_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pref_helpers import launch, pair_job, write_pairs
+from pref_helpers import held_env, kill_when_held, launch, newest_save_at, pair_job, write_pairs
 
 STEPS = 6
 PREF = PreferenceConfig(kind="stpo", beta=200.0)
@@ -60,16 +57,15 @@ def test_the_first_step_starts_at_the_reference_and_logs_the_preference_metrics(
 
 def test_kill_and_resume_repeats_the_loss_sequence(tmp_path, shards, single_run):
     job, pref = _job(tmp_path, shards)
-    proc = launch(1, str(job), str(pref))
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    deadline = time.time() + 300
-    while not (metrics.exists() and any(r["step"] >= 4 for r in _rows(tmp_path / "run"))):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-3000:]
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    # held after 5 of 6 steps (a pause point: it cannot train on or finish first), killed
+    # once its newest checkpoint begun (step 2; pair_job's every = 3) is complete
+    notice, saved = tmp_path / "paused", newest_save_at(5, every=3)
+    proc = launch(1, str(job), str(pref), env=held_env("preference", 5, notice))
+    kill_when_held(proc, notice, tmp_path / "run" / "checkpoints" / "preference", saved)
+    assert max(r["step"] for r in _rows(tmp_path / "run")) == 4
     out, _ = (proc := launch(1, str(job), str(pref), "--resume")).communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
+    assert f"resumed stage preference at step {saved + 1}" in out
     by_step = {r["step"]: r for r in _rows(tmp_path / "run")}  # resumed rows overwrite
     assert sorted(by_step) == list(range(STEPS))
     for ref in single_run:

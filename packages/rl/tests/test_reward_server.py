@@ -10,12 +10,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
 from krea2.curate import shapes
+from krea2.infra.pause import pause_env, wait_for_pause
 from krea2.rl.rewards import (
     RewardClient,
     RewardOutput,
@@ -44,7 +46,7 @@ class _Counting:
     def __call__(self, images, prompts):
         self.calls.append(len(prompts))
         if self.delays:
-            time.sleep(self.delays.pop(0))
+            time.sleep(self.delays.pop(0))  # the workload: a slow reward, never signalled
         return self.inner(images, prompts)
 
 
@@ -238,45 +240,50 @@ def test_a_slow_server_times_out_then_the_retry_gets_the_first_attempts_result()
     _same(out, reward.inner(images, prompts))
 
 
-def _start_server(port: int) -> subprocess.Popen:
+def _start_server(port: int, pause: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "krea2.rl.rewards.cli", "serve-reward", "--kind", "rubric"]
-    env = {**os.environ, "KREA2_REWARD_TOKEN": "tok"}
+    env = {**os.environ, "KREA2_REWARD_TOKEN": "tok", **(pause or {})}
     return subprocess.Popen([*cmd, "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
 
 
-def test_killing_and_restarting_the_server_mid_run_loses_no_request_and_keeps_scores():
+def test_killing_and_restarting_the_server_mid_run_loses_no_request_and_keeps_scores(
+    tmp_path: Path,
+):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     images, prompts = _batch(24, seed=3)
     expected = ShapesRubricReward(ocr=False)(images, prompts)
-    proc = _start_server(port)
+    # The server holds its 7th batch (6 answered) at a pause point until the SIGKILL: the
+    # kill lands with that request received and unanswered, on any machine.
+    notice = tmp_path / "paused"
+    proc = _start_server(port, pause_env("reward batches", 6, notice))
     results: dict[int, RewardOutput] = {}
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
             with RewardClient(url, "tok", retries=12, backoff_s=0.2, max_backoff_s=2.0) as c:
-                for i in range(len(prompts)):
+                for i in range(len(prompts)):  # one request at a time: a batch each
                     results[i] = c(images[i : i + 1], prompts[i : i + 1])
-                    time.sleep(0.05)
         except BaseException as e:  # reported below
             errors.append(e)
 
     try:
         worker = threading.Thread(target=run)
         worker.start()
-        deadline = time.monotonic() + 60
-        while len(results) < 6 and time.monotonic() < deadline and not errors:
-            time.sleep(0.05)
+        try:
+            wait_for_pause(notice, proc, timeout_s=120)
+        except RuntimeError as e:
+            raise AssertionError(f"{e}; the client's errors: {errors}") from None
+        answered = sorted(results)  # held: the 7th request waits for its answer
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        killed_at = len(results)
-        proc = _start_server(port)
+        proc = _start_server(port)  # no pause point: it serves the rest
         worker.join(timeout=120)
     finally:
         proc.kill()
         proc.wait()
     assert not errors, errors
-    assert 6 <= killed_at < len(prompts)  # the kill happened mid-run
+    assert answered == list(range(6))  # killed mid-run, with request 6 in flight
     assert sorted(results) == list(range(len(prompts)))  # every request answered once
     _same(RewardOutput.concat([results[i] for i in range(len(prompts))]), expected)

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 from krea2.infra.checkpoint_layout import scan_checkpoints
+from krea2.infra.pause import pause_env, wait_for_pause
 from krea2.trainer.observe import read_metrics
 
 KREA2 = str(Path(sys.executable).parent / "krea2")
 STEPS = 60
+HELD_AT = 7  # steps done when Ctrl-C lands: after step 5's async save began (every = 3)
 
 
-def krea2_train(config: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "KREA2_PROGRESS": "plain"}
+def krea2_train(config: Path, *args: str, pause: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, "KREA2_PROGRESS": "plain", **(pause or {})}
     return subprocess.Popen(
         [KREA2, "train", "--config", str(config), *args],
         stdout=subprocess.PIPE,
@@ -38,26 +40,27 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory, shards) -> Path:
-    """A run SIGINTed (as Ctrl-C does) right after its step-5 checkpoint; returns its root
-    (job.toml, run/, and the process's output in output.txt and rc in rc.txt)."""
+    """A run SIGINTed (as Ctrl-C does) while held after step 6, with step 5's async
+    checkpoint begun and perhaps still in flight; returns its root (job.toml, run/, and the
+    process's output in output.txt and rc in rc.txt).
+
+    The loop is held at a pause point (``train pretrain`` at HELD_AT steps done; it updates
+    its progress before it saves a step, so step 6 saves nothing) until the SIGINT arrives,
+    so the Ctrl-C lands in that state on any machine, never after the run went on."""
     from trainer_test_helpers import job_toml
 
     root = tmp_path_factory.mktemp("interrupted")
     (root / "job.toml").write_text(job_toml(root / "run", shards, steps=STEPS))
-    proc = krea2_train(root / "job.toml")
-    seen = []
+    notice = root / "paused"
+    proc = krea2_train(root / "job.toml", pause=pause_env("train pretrain", HELD_AT, notice))
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            seen.append(line)
-            if "saved checkpoint" in line and "step-000000005" in line:
-                proc.send_signal(signal.SIGINT)
-                break
-        seen.append(finish(proc))
+        wait_for_pause(notice, proc, timeout_s=300)
+        proc.send_signal(signal.SIGINT)
+        out = finish(proc)
     finally:
         if proc.poll() is None:
-            proc.kill()
-    (root / "output.txt").write_text("".join(seen))
+            proc.kill()  # only after a failure above: the test has no use for the run
+    (root / "output.txt").write_text(out)
     (root / "rc.txt").write_text(str(proc.returncode))
     return root
 
@@ -80,7 +83,7 @@ def test_ctrl_c_exits_130_without_marking_the_stage_or_tearing_a_checkpoint(inte
     entries = scan_checkpoints(root / "pretrain")
     assert entries and all(e.complete for e in entries), entries
     newest = entries[-1].step
-    assert newest < STEPS - 1
+    assert newest == HELD_AT - 2 < STEPS - 1  # the save in flight finished; none began after
     assert f"krea2 train --resume continues it from step {newest + 1}" in output
     assert "train pretrain:" in output and "(stopped)" in output  # the last progress line
 

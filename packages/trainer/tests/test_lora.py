@@ -5,16 +5,13 @@ bit for bit (in process here; 2 gloo ranks killed with SIGKILL in the slow test)
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from torch.distributed.checkpoint import FileSystemReader
-from trainer_test_helpers import lora_job_toml, ranks
+from trainer_test_helpers import held_env, kill_when_held, lora_job_toml, newest_save_at, ranks
 
 from krea2.dit.testing import write_tiny_model_folder
 from krea2.dit.weights import read_checkpoint, save_weights
@@ -109,18 +106,6 @@ def test_resuming_an_earlier_checkpoint_repeats_the_run_bit_for_bit(trained, tmp
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def _kill_at(proc, run: Path, step: int, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if (run / "metrics.jsonl").exists() and any(s >= step for s, *_ in _train_rows(run)):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return
-        assert proc.poll() is None, f"ended before step {step}:\n{proc.communicate()[0][-3000:]}"
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} never came")
-
-
 @pytest.mark.slow
 def test_lora_on_two_fsdp_ranks_resumes_bit_exactly_after_sigkill(release, shards, tmp_path):
     """The frozen base sharded over 2 gloo ranks (meta build, rank 0 reads the release),
@@ -133,10 +118,15 @@ def test_lora_on_two_fsdp_ranks_resumes_bit_exactly_after_sigkill(release, shard
         runs[name] = config
     out, _ = (p := ranks(2, runs["straight"])).communicate(timeout=600)
     assert p.returncode == 0, out[-3000:]
-    _kill_at(ranks(2, runs["killed"]), tmp_path / "killed", 4)
+    # held after 5 of 8 steps (a pause point: it cannot train on first), killed once its
+    # newest checkpoint begun (step 3; checkpoint.every = 2) is complete
+    notice, saved = tmp_path / "paused", newest_save_at(5, every=2)
+    killed = ranks(2, runs["killed"], env=held_env("lora", 5, notice))
+    kill_when_held(killed, notice, tmp_path / "killed" / "checkpoints" / "lora", saved, nranks=2)
+    assert max(s for s, *_ in _train_rows(tmp_path / "killed")) == 4
     out, _ = (p := ranks(2, runs["killed"], "--resume")).communicate(timeout=600)
     assert p.returncode == 0, out[-3000:]
-    assert "resumed stage lora at step" in out
+    assert f"resumed stage lora at step {saved + 1}" in out
     assert _train_rows(tmp_path / "killed") == _train_rows(tmp_path / "straight")
     a = _model_tensors(_step_dir(tmp_path / "straight", steps - 1))
     b = _model_tensors(_step_dir(tmp_path / "killed", steps - 1))

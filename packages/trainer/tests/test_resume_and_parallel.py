@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from trainer_test_helpers import job_toml, ranks, single, torchrun
+from trainer_test_helpers import (
+    held_env,
+    job_toml,
+    kill_when_held,
+    newest_save_at,
+    ranks,
+    single,
+    torchrun,
+)
 
-from krea2.infra import CheckpointManager
 from krea2.trainer.cli import run_job
 from krea2.trainer.merge import average
 from krea2.trainer.observe import read_metrics
@@ -21,6 +26,7 @@ from krea2.trainer.optim import MUON_PATTERN
 from krea2.trainer.warmstart import stage_checkpoints
 
 STEPS = 10
+EVERY = 3  # job_toml's checkpoint.every: steps 2, 5 and 8 save asynchronously
 
 
 def _train_rows(run: Path) -> list[dict]:
@@ -31,26 +37,6 @@ def _finish(proc, what: str, timeout: float = 300) -> str:
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, f"{what} failed:\n{out[-3000:]}"
     return out
-
-
-def _kill_at(proc, run: Path, step: int, timeout: float = 300) -> None:
-    """SIGKILL the whole job (all ranks) as soon as ``step`` is logged and a checkpoint is
-    complete (on loaded cores the first async save can still be in flight at ``step``, and
-    a kill then restarts the run instead of resuming it)."""
-    metrics = run / "metrics.jsonl"
-    saved = CheckpointManager(stage_checkpoints(run, "pretrain"))
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        logged = metrics.exists() and any(r["step"] >= step for r in _train_rows(run))
-        if logged and saved.latest_step() is not None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return
-        assert proc.poll() is None, (
-            f"job ended before step {step}:\n{proc.communicate()[0][-3000:]}"
-        )
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} never came")
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +81,29 @@ def _assert_close_runs(a: list[dict], b: list[dict], tol: float) -> None:
         assert abs(ra["grad_norm"] - rb["grad_norm"]) <= tol * rb["grad_norm"]
 
 
+def _killed_mid_run(root: Path, name: str, kill: int, nranks: int) -> int:
+    """Run ``name`` (on ``nranks`` ranks) until ``kill`` steps are done, hold it there (a pause
+    point: it cannot train on or finish first), SIGKILL it once its newest checkpoint begun
+    is complete; returns that checkpoint's step."""
+    notice = root / f"{name}.paused"
+    env = held_env("pretrain", kill, notice)
+    cfg = root / f"{name}.toml"
+    proc = single(cfg, env=env) if nranks == 1 else ranks(nranks, cfg, env=env)
+    saved = newest_save_at(kill, EVERY)
+    kill_when_held(proc, notice, stage_checkpoints(root / name, "pretrain"), saved, nranks)
+    assert max(r["step"] for r in _train_rows(root / name)) == kill - 1  # logged, then held
+    return saved
+
+
 def test_kill_and_resume_one_rank_repeats_the_loss_sequence(runs, reference):
     root, job = runs
     cfg = job("killed1")
+    # steps done at the kill: from after the first checkpoint (step 2) to 3 steps before
+    # the end, chosen per run; the state at the kill is exact for each choice
     kill = random.Random(os.getpid()).randint(4, STEPS - 3)
-    _kill_at(single(cfg), root / "killed1", kill)
+    saved = _killed_mid_run(root, "killed1", kill, 1)
     out = _finish(single(cfg, "--resume"), "resume")
-    assert "resumed stage pretrain at step" in out
+    assert f"resumed stage pretrain at step {saved + 1}" in out
     resumed = _train_rows(root / "killed1")
     assert [(r["step"], r["loss"], r["grad_norm"]) for r in resumed] == [
         (r["step"], r["loss"], r["grad_norm"]) for r in reference
@@ -120,9 +122,9 @@ def test_kill_and_resume_two_ranks_repeats_the_loss_sequence(runs, fsdp_referenc
     root, job = runs
     cfg = job("killed2")
     kill = random.Random(os.getpid() + 1).randint(4, STEPS - 3)
-    _kill_at(ranks(2, cfg), root / "killed2", kill)
+    saved = _killed_mid_run(root, "killed2", kill, 2)
     out = _finish(ranks(2, cfg, "--resume"), "2-rank resume")
-    assert "resumed stage pretrain at step" in out
+    assert f"resumed stage pretrain at step {saved + 1}" in out
     resumed = _train_rows(root / "killed2")
     assert [(r["step"], r["loss"], r["grad_norm"]) for r in resumed] == [
         (r["step"], r["loss"], r["grad_norm"]) for r in fsdp_reference

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from krea2.trainer.held_run import held_env, kill_when_held, newest_save_at
+
+__all__ = ["held_env", "job_toml", "kill_when_held", "lora_job_toml", "newest_save_at", "ranks",
+           "single", "torchrun"]  # fmt: skip
 
 
 def job_toml(run_dir: Path, shards: dict[str, Path], steps: int = 10, extra: str = "") -> str:
@@ -64,20 +70,27 @@ def torchrun(nproc: int, config: Path, *args: str, timeout: float = 300) -> subp
     )
 
 
-def single(config: Path, *args: str) -> subprocess.Popen:
+def single(config: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -m krea2.trainer`` in a new process group, with ``env`` added to this
+    process's environment."""
     cmd = [sys.executable, "-m", "krea2.trainer", "--config", str(config), *args]
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
 
 
-def ranks(nproc: int, config: Path, *args: str) -> subprocess.Popen:
-    """Start ``nproc`` ranks directly (see launch_ranks.py); one process group for the job."""
+def ranks(
+    nproc: int, config: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start ``nproc`` ranks directly (see launch_ranks.py); one process group for the job,
+    every rank with ``env`` added to this process's environment."""
     launcher = Path(__file__).with_name("launch_ranks.py")
     cmd = [sys.executable, str(launcher), str(nproc), "--config", str(config), *args]
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
 
 
 def lora_job_toml(

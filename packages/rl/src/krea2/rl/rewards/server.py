@@ -28,6 +28,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from krea2.infra.metrics import collecting_registry, counter, histogram
+from krea2.infra.pause import pause_point
 from krea2.rl.rewards.contract import Reward, RewardOutput, check_batch
 from krea2.rl.rewards.wire import (
     BINARY_TYPE,
@@ -69,6 +70,7 @@ class _Batcher:
         self.pending: deque[tuple[float, _Job]] = deque()
         self.wake = asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="reward")
+        self.calls = 0  # reward calls finished: the count of the "reward batches" pause point
         self.batch_images = histogram(
             "rl", "reward_batch_images", "Images per reward call", ["reward"],
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
@@ -119,7 +121,7 @@ class _Batcher:
             prompts = [p for j in group for p in j.prompts]
             self.batch_images.labels(self.reward.name).observe(len(prompts))
             try:
-                out = await loop.run_in_executor(self.executor, self.reward, pixels, prompts)
+                out = await loop.run_in_executor(self.executor, self._call, pixels, prompts)
             except Exception as e:  # the reward failed: every request of the batch learns why
                 for j in group:
                     if not j.future.done():
@@ -131,6 +133,17 @@ class _Batcher:
                 start += len(j.prompts)
                 if not j.future.done():
                     j.future.set_result(rows)
+
+    def _call(self, pixels: np.ndarray, prompts: list[str]) -> RewardOutput:
+        """One reward call, on the worker thread."""
+        # A pause point (krea2.infra.pause) after ``calls`` batches: a test holds the server
+        # there, with this batch's requests received but unanswered, and kills it. On this
+        # thread, so the event loop goes on accepting requests meanwhile.
+        pause_point("reward batches", self.calls)
+        try:
+            return self.reward(pixels, prompts)
+        finally:
+            self.calls += 1
 
 
 def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
