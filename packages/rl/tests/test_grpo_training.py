@@ -142,6 +142,7 @@ def single_run(tmp_path_factory, pretrained) -> list[dict]:
     return _rows(cfg.parent / "run")
 
 
+@pytest.mark.numerics  # the first ratio is 1 to 1e-6 on the real DiT, under every kernel choice
 def test_first_inner_step_ratio_is_one_and_metrics_are_logged(single_run):
     assert [r["step"] for r in single_run] == list(range(STEPS))
     for row in single_run:

@@ -45,6 +45,7 @@ def single_run(tmp_path_factory, shards) -> list[dict]:
     return _rows(job.parent / "run")
 
 
+@pytest.mark.numerics  # log 2 at the reference to 1e-6, under every kernel choice
 def test_the_first_step_starts_at_the_reference_and_logs_the_preference_metrics(single_run):
     first = single_run[0]
     assert first["loss"] == pytest.approx(math.log(2), rel=1e-6)  # policy == reference
