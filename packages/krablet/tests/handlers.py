@@ -29,3 +29,8 @@ def _wait_for(gate: Path) -> None:
             f.write(f"paused at square (pid {os.getpid()})\n")
     while not gate.exists():
         time.sleep(0.01)
+
+
+def fail_all(rows: list[dict]) -> list[Exception]:
+    """Every row fails (a handler that cannot do this job at all)."""
+    return [ValueError(f"cannot square {r['n']}") for r in rows]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -95,3 +97,59 @@ def test_down_and_up_one_shard(data_dir):
     assert krablet("up", "--data", str(data_dir), "--shard", "1").returncode == 0
     assert krablet("status", "--cluster", path).returncode == 0
     assert krablet("down", "--data", str(data_dir), "--shard", "5").returncode == 2
+
+
+def done_table(cluster, tmp_path) -> tuple[Warehouse, str]:
+    """Table t: rows a, b, c done by job j (x = 'old'), d failed once; the cluster file."""
+    table = Table("t", columns={"x": "text"}, jobs=[Job("j", result="x", backoff_s=600)])
+    wh = Warehouse.open(cluster, tables=[table])
+    with wh.funnel() as f:
+        f.upsert("t", [{"key": k} for k in "abcd"])
+    q = wh.queue("t", "j")
+    claim = q.claim(0, 4)
+    q.complete(claim, {k: {"x": "old"} for k in "abc"})
+    q.fail(claim, {"d": "OSError: gone"})
+    return wh, str(cluster.save(tmp_path / "cluster.json"))
+
+
+def xs(wh: Warehouse) -> dict[str, str | None]:
+    return {k: r["x"] for k, r in wh.reader().get("t", list("abcd")).items()}
+
+
+def test_retry_runs_done_rows_again_only_with_yes_in_a_script(cluster1, tmp_path):
+    wh, path = done_table(cluster1, tmp_path)
+    q = wh.queue("t", "j")
+    asked = krablet("retry", "t.j", "--all", "--cluster", path)  # a script: no one to ask
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert "3 row(s) of t.j are done" in asked.stderr and "pass --yes" in asked.stderr
+    assert "1 row(s) of t.j ready again" in asked.stdout  # the failed row, as before
+    assert xs(wh) == {"a": "old", "b": "old", "c": "old", "d": None}  # done rows kept
+    assert q.claim(0, 4).keys == ["d"]
+    redo = krablet("retry", "t.j", "--where", "key IN ('a', 'd')", "--yes", "--cluster", path)
+    assert redo.returncode == 0, redo.stderr
+    assert "0 failed or waiting row(s) ready again, 1 done row(s) cleared" in redo.stdout
+    assert "1 row(s) of t.j ready again" in redo.stdout  # d is leased: left to its holder
+    assert xs(wh) == {"a": None, "b": "old", "c": "old", "d": None}
+    again = q.claim(0, 4)
+    assert again.keys == ["a"] and again.attempts == {"a": 1}
+    wh.close()
+
+
+@pytest.mark.parametrize(("answer", "expected"), [("y", None), ("n", "old")])
+def test_retry_asks_before_clearing_done_rows_at_a_terminal(cluster1, tmp_path, answer, expected):
+    wh, path = done_table(cluster1, tmp_path)
+    leader, terminal = pty.openpty()
+    os.write(leader, f"{answer}\n".encode())  # typed ahead: the terminal holds it for the prompt
+    run = subprocess.run(
+        [*CLI, "retry", "t.j", "--where", "key = 'b'", "--cluster", path],
+        stdin=terminal,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    os.close(terminal)
+    os.close(leader)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 row(s) of t.j are done and match" in run.stdout
+    assert xs(wh)["b"] == expected
+    wh.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 
@@ -135,3 +136,23 @@ def test_a_cancelled_map_leaves_the_queue_and_its_rows_untouched(cluster1):
     st = wh.queue("krablet_pluck_ranges", "run").stats(0)
     assert st["ready"] == 0 and st["leased"] == 0  # the claim dropped the cancelled ranges
     assert wh.reader().count("pics", where=[("area", "is not", None)]) == 0
+
+
+def test_a_sigterm_stops_a_pluck_worker_with_143(cluster1, tmp_path):
+    wh = Warehouse.open(cluster1, tables=[PICS])
+    with wh.funnel() as f:
+        f.upsert("pics", [{"pic": i, "w": i} for i in range(50)])
+    path = cluster1.save(tmp_path / "cluster.json")
+    h = PluckTable("pics", cluster=wh).map(area, batch_size=10)
+    cmd = [sys.executable, "-c", "from krea2.infra.host import main; main()", "krablet"]
+    proc = subprocess.Popen(
+        [*cmd, "worker", "--pluck", "--cluster", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert h.wait(timeout=60).finished  # the worker is running: it did the map
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    assert "Traceback" not in out and "1 ranges completed" in out

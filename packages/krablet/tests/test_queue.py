@@ -253,3 +253,26 @@ def test_an_expired_lease_goes_behind_the_ready_backlog(cluster1):
     again = q.claim(0, 10)
     assert sorted(again.keys) == sorted(killed.keys)
     assert set(again.attempts.values()) == {2}
+
+
+def test_reset_job_redoes_rows_whose_inputs_changed_and_voids_their_leases(cluster1):
+    wh = Warehouse.open(cluster1, tables=[items()])
+    seed(wh, 10)
+    ocr, embed = wh.queue("items", "ocr"), wh.queue("items", "embed")
+    first = ocr.claim(0, 10)
+    ocr.complete(first, [{"contains_text": False} for _ in first.rows])  # all ready to embed
+    held = embed.claim(0, 10)  # a worker holds every row
+    embed.complete(held, {k: {"embedding": "old"} for k in (0, 1, 2)})
+    embed.fail(held, {4: "OSError: gone"})
+    with wh.funnel() as f:  # rows 1 and 5 no longer match embed's contains_text = FALSE
+        f.patch("items", [{"id": 1, "contains_text": True}, {"id": 5, "contains_text": True}])
+
+    assert wh.reset_job("items", "embed", [0, 1, 3, 4, 5, 99]) == [0, 1, 3, 4, 5]  # no 99
+    assert embed.complete(held, {3: {"embedding": "x"}, 5: {"embedding": "x"}}) == []  # voided
+    rows = wh.reader().get("items", list(range(6)), columns=["embedding"])
+    assert [rows[k]["embedding"] for k in range(6)] == [None, None, "old", None, None, None]
+    assert embed.errors(0) == []  # row 4 starts over: no error
+    assert embed.stats(0)["leased"] == 4  # rows 6-9 are still the first worker's
+    again = embed.claim(0, 10)
+    assert again.keys == [0, 3, 4] and set(again.attempts.values()) == {1}  # attempts reset
+    assert embed.stats(0)["ready"] == 0  # rows 1 and 5 were cleared but left the queue

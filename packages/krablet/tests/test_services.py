@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 
 from krea2.infra.errors import UserError
 from krea2.krablet import FunnelClient, RpcClient, Table, Warehouse
 from krea2.krablet.cluster import Cluster
-from krea2.krablet.service import Served, check_bind, make_funnel_app, make_rpc_app
+from krea2.krablet.service import MAX_BODY, Served, check_bind, make_funnel_app, make_rpc_app
 
 IMAGES = Table("images", columns={"width": "integer", "src": "text", "raw": "bytea"})
 
@@ -111,3 +113,60 @@ def test_connection_errors_never_show_the_password():
     with pytest.raises(UserError) as err:
         c.connect(0)
     assert "hunter2" not in str(err.value) and "***" in str(err.value)
+
+
+def raw_request(url: str, head: str, body: bytes = b"") -> str:
+    """Send ``head`` (request line and headers) and ``body`` on a raw socket without ending
+    the body, and return the status line: the answer must come before the body does."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head.encode() + b"\r\n" + body)
+        return sock.makefile("rb").readline().decode().strip()
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(served):
+    _, rpc, _ = served
+    head = (
+        "POST /v1/count HTTP/1.1\r\nhost: x\r\nauthorization: Bearer s3cret\r\n"
+        f"content-type: application/json\r\ncontent-length: {MAX_BODY + 1}\r\n"
+    )
+    assert raw_request(rpc.url, head).startswith("HTTP/1.1 413")  # no byte of it was sent
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(cluster1):
+    wh = Warehouse.open(cluster1, tables=[IMAGES])
+    rpc = Served(make_rpc_app(wh, max_body=1024))
+    head = (
+        "POST /v1/count HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "transfer-encoding: chunked\r\n"
+    )
+    chunk = b"800\r\n" + b" " * 0x800 + b"\r\n"  # 2 KiB of a body that never ends
+    try:
+        assert raw_request(rpc.url, head, chunk).startswith("HTTP/1.1 413")
+        assert RpcClient(rpc.url).count("images") == 0  # and the service carries on
+    finally:
+        rpc.close()
+        wh.close()
+
+
+def test_values_the_database_refuses_are_a_400_with_the_reason(served):
+    wh, rpc, _ = served
+    auth = {"authorization": "Bearer s3cret"}
+    for path, payload in [
+        ("/v1/scan", {"table": "images", "where": [["width", ">", "abc"]]}),
+        ("/v1/count", {"table": "images", "where": [["width", "like", "1%"]]}),
+        ("/v1/aggregate", {"table": "images", "aggs": {"s": ["sum", "src"]}}),
+        ("/v1/get", {"table": "images", "keys": [{"not": "a key"}]}),
+    ]:
+        r = httpx.post(rpc.url + path, json=payload, headers=auth)
+        assert r.status_code == 400, (path, r.status_code, r.text)
+        assert "the database refused" in r.json()["error"], r.json()
+    r = httpx.post(
+        rpc.url + "/v1/scan",
+        json={"table": "images", "where": [["width", ">", "abc"]]},
+        headers=auth,
+    )
+    assert 'invalid input syntax for type integer: "abc"' in r.json()["error"]
+    with pytest.raises(UserError, match="the database refused"):
+        wh.reader().scan("images", where=[("width", ">", "abc")])
+    assert RpcClient(rpc.url, token="s3cret").count("images") == 0  # the pool is still fine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -300,3 +302,46 @@ def test_a_handler_returning_the_wrong_type_is_reported_once(cluster1, caplog):
     said = [r.getMessage() for r in caplog.records if "handler returned int" in r.getMessage()]
     assert len(said) == 1 and "expected a dict" in said[0]
     assert "handler returned int" in wh.queue("nums", "square").errors(0)[0]["last_error"]
+
+
+def test_until_empty_exits_4_when_rows_failed_and_status_totals_them(cluster, tmp_path):
+    wh = Warehouse.open(cluster, tables=[NUMS])
+    seed(wh, 200)
+    path = cluster.save(tmp_path / "cluster.json")
+    proc = spawn(path, "--handler", f"{HANDLERS}:fail_all", "--batch-size", "50", "--until-empty")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 4, out  # the queue is drained, but no row was done
+    assert "200 row(s) of nums.square failed" in out and "krablet retry nums.square" in out
+    cmd = [sys.executable, "-c", "from krea2.infra.host import main; main()", "krablet"]
+    st = subprocess.run([*cmd, "status", "--cluster", str(path)], capture_output=True, text=True)
+    assert st.returncode == 0, st.stderr
+    assert "failing rows of nums.square: 200 in total" in st.stdout
+    as_json = subprocess.run(
+        [*cmd, "status", "--cluster", str(path), "--json"], capture_output=True, text=True
+    )
+    listed = json.loads(as_json.stdout)
+    assert listed["failing"] == {"nums.square": 200}
+    per_shard = [s["tables"]["nums"]["jobs"]["square"]["failing"] for s in listed["shards"]]
+    assert sum(per_shard) == 200 and all(per_shard)
+
+
+def wait_until_done(cluster, n: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Block until the ``n`` rows all hold a result (a state in the warehouse, not a timer)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(v is not None for v in results(cluster).values()) < n:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "the worker did not finish the rows"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_exits_128_plus_it_even_once_the_work_is_done(cluster, tmp_path, sig, status):
+    wh = Warehouse.open(cluster, tables=[NUMS])
+    seed(wh, 40)
+    path = cluster.save(tmp_path / "cluster.json")
+    proc = spawn(path, "--batch-size", "10")  # no --until-empty: it runs until a signal
+    wait_until_done(cluster, 40, proc)  # idle now: nothing left to interrupt
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == status, out
+    assert "40 completed" in out

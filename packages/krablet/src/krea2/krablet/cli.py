@@ -10,22 +10,13 @@ from pathlib import Path
 import typer
 
 from krea2.infra.errors import UserError
+from krea2.krablet.cli_jobs import CLUSTER_HELP, retry, worker
+from krea2.krablet.cli_jobs import open_warehouse as _warehouse
 
 app = typer.Typer(
     help="The sharded PostgreSQL warehouse.\n\nExample: krea2 krablet up --shards 2 --data /tmp/kb",
     no_args_is_help=True,
 )
-
-CLUSTER_HELP = (
-    "Cluster file written by `up`, or DSNs separated by commas (default: $KRABLET_CLUSTER)."
-)
-
-
-def _warehouse(cluster: str | None):
-    from krea2.krablet.cluster import default_cluster_source
-    from krea2.krablet.warehouse import Warehouse
-
-    return Warehouse.open(default_cluster_source(cluster))
 
 
 @app.command()
@@ -142,7 +133,8 @@ def _print_status(wh, st: dict) -> None:
             for job, q in t["jobs"].items():
                 typer.echo(
                     f"    job {job}: ready {q['ready']}, leased {q['leased']}, backing off "
-                    f"{q['backing_off']}, oldest ready {q['oldest_ready_s']:.1f}s"
+                    f"{q['backing_off']}, failing {q['failing']}, "
+                    f"oldest ready {q['oldest_ready_s']:.1f}s"
                 )
                 for e in q["errors"]:
                     typer.echo(
@@ -151,6 +143,8 @@ def _print_status(wh, st: dict) -> None:
                     )
     if not wh.tables:
         typer.echo("no tables declared yet" if not st["unreachable"] else "tables: unknown")
+    for job, failing in st["failing"].items():
+        typer.echo(f"failing rows of {job}: {failing} in total")
     down = ", ".join(str(i) for i in st["unreachable"])
     if st["schema_consistent"] is None:
         typer.echo("schema: not checked (no shard reachable)")
@@ -162,130 +156,8 @@ def _print_status(wh, st: dict) -> None:
         typer.echo("schema: identical on all shards")
 
 
-@app.command()
-def retry(
-    job: str = typer.Argument(..., help="TABLE.JOB, e.g. images.ocr."),
-    where: str = typer.Option(
-        None, help="SQL condition on the table's columns choosing the rows, e.g. \"key = 'k7'\"."
-    ),
-    all_rows: bool = typer.Option(False, "--all", help="Every unleased row of the job."),
-    cluster: str = typer.Option(None, help=CLUSTER_HELP),
-) -> None:
-    """Reset a job's backoff for chosen rows: ready now, attempts back to 0.
-
-    Example: krea2 krablet retry images.ocr --where "key = 'k007'"
-    """
-    from krea2.krablet.connections import ShardsUnreachable
-
-    if not where and not all_rows:
-        raise UserError('choose the rows: --where "SQL condition" (or --all for every row)')
-    wh = _warehouse(cluster)
-    table, _, name = _job_name(job)
-    q = wh.queue(table, name)
-    total, down = 0, []
-    for i in range(len(wh.cluster)):
-        try:
-            n = len(q.retry(i, where))
-        except ShardsUnreachable as exc:
-            down.append(str(exc))
-            continue
-        total += n
-        typer.echo(f"{wh.cluster.describe(i)}: {n} row(s) ready again")
-    wh.close()
-    typer.echo(f"{total} row(s) of {job} ready again, attempts reset")
-    if down:
-        raise ShardsUnreachable("; ".join(down))
-
-
-def _job_name(job: str | None) -> tuple[str, str, str]:
-    if not job or "." not in job:
-        raise UserError("--job must be TABLE.JOB, e.g. --job images.ocr (or pass --pluck)")
-    return job.partition(".")
-
-
-@app.command()
-def worker(
-    job: str = typer.Option(None, help="TABLE.JOB to run, e.g. images.ocr."),
-    handler: str = typer.Option(
-        None, help="module:function (or file.py:function); default: the job's declared handler."
-    ),
-    cluster: str = typer.Option(None, help=CLUSTER_HELP),
-    batch_size: int = typer.Option(32, help="Rows per claim."),
-    concurrency: int = typer.Option(1, help="Batches processed at once (threads)."),
-    lease_s: float = typer.Option(
-        None,
-        help="Lease length in seconds (default: the job's). A killed worker's rows are retried "
-        "once it expires, behind the rows already ready.",
-    ),
-    until_empty: bool = typer.Option(False, help="Exit once no shard has ready or leased rows."),
-    give_up_s: float = typer.Option(
-        30.0, help="With --until-empty: how long an unreachable shard is waited for."
-    ),
-    pluck: bool = typer.Option(False, "--pluck", help="Run signed pluck jobs instead of --job."),
-    metrics_port: int = typer.Option(None, help="Serve /metrics on this port (loopback)."),
-) -> None:
-    """Run a job's handler over the cluster; SIGTERM finishes or releases claims and exits.
-
-    Exit status: 0 when the job's work is finished; 130 (SIGINT) or 143 (SIGTERM) when a
-    signal stopped it with work left; 3 when shards were unreachable (named on stderr).
-
-    Example: krea2 krablet worker --job images.ocr --handler mypkg.ocr:run --batch-size 64
-    """
-    from krea2.krablet.worker import Worker, resolve_handler
-
-    wh = _warehouse(cluster)
-    if metrics_port is not None:
-        from krea2.infra.metrics import start_exporter
-
-        start_exporter(port=metrics_port)
-    if pluck:
-        from krea2.krablet.pluck_worker import PluckWorker
-
-        w = PluckWorker(wh, concurrency=concurrency, lease_s=lease_s)
-        w.give_up_s = give_up_s
-        stats = w.run(until_empty=until_empty, install_signals=True)
-        typer.echo(
-            f"pluck worker {w.owner} done: {stats.completed} ranges completed, {stats.failed} "
-            f"failed ({w.runner.refused} refused), {stats.released} released"
-        )
-    else:
-        table, _, name = _job_name(job)
-        spec = handler or wh.table(table).job(name).handler
-        if not spec:
-            raise UserError(f"job {job} declares no handler; pass --handler module:function")
-        w = Worker(
-            wh,
-            table,
-            name,
-            resolve_handler(spec),
-            batch_size=batch_size,
-            concurrency=concurrency,
-            lease_s=lease_s,
-            give_up_s=give_up_s,
-        )
-        stats = w.run(until_empty=until_empty, install_signals=True)
-        typer.echo(
-            f"worker {w.owner} done: {stats.completed} completed, {stats.failed} failed, "
-            f"{stats.released} released, {stats.lost} lost leases"
-        )
-    wh.close()
-    _exit_status(stats)
-
-
-def _exit_status(stats) -> None:
-    """Interrupted with work left: 128 + the signal; unreachable shards: 3; else 0."""
-    import signal
-
-    from krea2.krablet.connections import ShardsUnreachable
-
-    if stats.interrupted:
-        raise typer.Exit(128 + int(stats.stopped_by or signal.SIGINT))
-    if stats.unreachable_shards:
-        raise ShardsUnreachable(
-            f"{', '.join(stats.unreachable)} unreachable: its rows were not worked on; the "
-            "reachable shards' work is done. Run the worker again once it is back "
-            "(krea2 krablet status shows it)"
-        )
+app.command()(retry)
+app.command()(worker)
 
 
 def _serve(app, host: str, port: int) -> None:

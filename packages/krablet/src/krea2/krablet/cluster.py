@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import secrets
+import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -168,14 +170,23 @@ class Cluster:
         return out
 
     def save(self, path: str | Path) -> Path:
-        """Write the cluster file (mode 0600: it holds the secret and maybe passwords)."""
+        """Write the cluster file atomically, mode 0600 (it holds the secret and maybe
+        passwords). The temporary file is a fresh one (``mkstemp``: O_EXCL, 0600), never a
+        leftover ``cluster.tmp`` whose mode or symlink target someone else chose."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self.to_dict(), fh, indent=2)
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                os.fchmod(fh.fileno(), 0o600)  # mkstemp's mode already; said so none can widen it
+                json.dump(self.to_dict(), fh, indent=2)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         self.path = path
         return path
 

@@ -16,6 +16,11 @@ def _server_class():
     if not os.environ.get("XDG_RUNTIME_DIR"):  # pgserver keeps a lock file there
         runtime = Path(f"/tmp/krablet-runtime-{os.geteuid()}")
         runtime.mkdir(mode=0o700, exist_ok=True)
+        if runtime.stat().st_uid != os.geteuid():
+            raise UserError(
+                f"{runtime} belongs to another user: set XDG_RUNTIME_DIR to a private directory"
+            )
+        runtime.chmod(0o700)  # another tool may have created it first, readable by all
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     import pgserver
 

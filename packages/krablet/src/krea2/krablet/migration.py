@@ -10,15 +10,20 @@ import psycopg
 
 from krea2.infra.errors import UserError
 from krea2.krablet.schema import Job, Table
+from krea2.krablet.signing import handler_signature, usable_secret, verify_handler
 from krea2.krablet.sql import ddl
 
 
-def migrate_shard(conn: psycopg.Connection, tables: Iterable[Table]) -> list[str]:
+def migrate_shard(
+    conn: psycopg.Connection, tables: Iterable[Table], secret: str | None = None
+) -> list[str]:
     """Create or extend ``tables`` on one shard in one transaction; return what changed.
 
     Safe to run from many processes at once (an advisory lock serialises them) and as often as
     you like. A column whose declared type differs from the shard's is an error, never a rewrite.
-    New or changed jobs backfill their queue from the rows that match the predicate.
+    New or changed jobs backfill their queue from the rows that match the predicate. Declared
+    handlers are stored signed with ``secret`` (the cluster's), so a worker imports one only if
+    it was declared by someone holding the secret (:func:`declared_handler`).
     """
     changed: list[str] = []
     with conn.transaction():
@@ -41,7 +46,7 @@ def migrate_shard(conn: psycopg.Connection, tables: Iterable[Table]) -> list[str
                     )
             for stmt in ddl.create_table(t):
                 conn.execute(stmt)
-            spec = t.to_spec()
+            spec = catalog_entry(t, secret)
             if old_spec != spec:
                 old_jobs = {j["name"]: j for j in (old_spec or {}).get("jobs", [])}
                 for job in t.jobs:
@@ -55,6 +60,46 @@ def migrate_shard(conn: psycopg.Connection, tables: Iterable[Table]) -> list[str
                 conn.execute(ddl.save_catalog_spec(), (t.name, json.dumps(spec)))
                 changed.append(f"{t.name}: {'created' if old_spec is None else 'migrated'}")
     return changed
+
+
+def catalog_entry(t: Table, secret: str | None) -> dict[str, Any]:
+    """``t``'s catalog spec, with each declared handler's signature under ``signed_handlers``
+    when ``secret`` can sign (``Table.from_spec`` ignores that key)."""
+    spec = t.to_spec()
+    if usable_secret(secret):
+        signed = {
+            j.name: handler_signature(secret or "", t.name, j.name, j.handler)
+            for j in t.jobs
+            if j.handler
+        }
+        if signed:
+            spec["signed_handlers"] = signed
+    return spec
+
+
+def declared_handler(conn: psycopg.Connection, table: str, job: str, secret: str | None) -> str:
+    """Job ``table.job``'s handler spec as this shard's catalog holds it, once its signature
+    verifies with ``secret``; a UserError naming the fix when the job declares no handler or
+    the entry is not signed with the cluster's secret (``signing.verify_handler``)."""
+    row = None
+    if table_exists(conn, "krablet_catalog"):
+        row = conn.execute(ddl.catalog_spec(), (table,)).fetchone()
+    spec = row[0] if row is not None else None
+    if not isinstance(spec, dict):
+        raise UserError(f"no table {table!r} is declared on this cluster")
+    jobs = spec.get("jobs") if isinstance(spec.get("jobs"), list) else []
+    found = next((j for j in jobs if isinstance(j, dict) and j.get("name") == job), None)
+    if found is None:
+        raise UserError(f"table {table!r} has no job {job!r}")
+    handler = found.get("handler")
+    if not handler:
+        raise UserError(f"job {table}.{job} declares no handler; pass --handler module:function")
+    if not isinstance(handler, str):
+        raise UserError(f"job {table}.{job}'s declared handler is not a string: {handler!r}")
+    signed = spec.get("signed_handlers")
+    signature = signed.get(job) if isinstance(signed, dict) else None
+    verify_handler(secret, table, job, handler, signature)
+    return handler
 
 
 def table_exists(conn: psycopg.Connection, table: str) -> bool:

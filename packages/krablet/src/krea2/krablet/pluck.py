@@ -20,8 +20,6 @@ like a private key, and never start pluck workers against a cluster whose secret
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
 import secrets
 import sys
@@ -38,6 +36,7 @@ from psycopg.rows import dict_row
 from krea2.infra.errors import UserError
 from krea2.krablet.cluster import default_cluster_source
 from krea2.krablet.schema import Job, Table, check_ident
+from krea2.krablet.signing import sign, usable_secret
 from krea2.krablet.sql import pluck as pluck_sql
 from krea2.krablet.sql import reads
 from krea2.krablet.sql.arrays import column_params
@@ -76,15 +75,6 @@ RANGES = Table(
 MAP_COLUMNS = ("table_name", "where_sql", "batch_size", "fn", "signature")
 
 
-def sign(secret: str, *parts: bytes | str) -> str:
-    mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
-    for p in parts:
-        b = p.encode() if isinstance(p, str) else p
-        mac.update(len(b).to_bytes(8, "big"))
-        mac.update(b)
-    return mac.hexdigest()
-
-
 def map_signature(
     secret: str, map_id: str, table: str, where: str | None, batch: int, fn: bytes
 ) -> str:
@@ -94,7 +84,7 @@ def map_signature(
 def require_secret(wh: Warehouse) -> str:
     """The cluster secret, refusing one too short to sign code with."""
     secret = wh.cluster.secret or ""
-    if len(secret) < 16:
+    if not usable_secret(secret):
         raise UserError(
             "pluck needs the cluster's secret (at least 16 characters) to sign and verify jobs: "
             "use the cluster file written by `krea2 krablet up`, or set KRABLET_SECRET"

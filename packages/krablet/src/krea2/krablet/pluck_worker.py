@@ -8,7 +8,6 @@ unpickles anything.
 
 from __future__ import annotations
 
-import hmac
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from psycopg.rows import dict_row
 from krea2.infra.errors import UserError
 from krea2.krablet.pluck import MAP_COLUMNS, MAPS, RANGES, RUN, map_signature, require_secret
 from krea2.krablet.schema import Table
+from krea2.krablet.signing import signature_matches
 from krea2.krablet.sql import pluck as pluck_sql
 from krea2.krablet.sql import reads
 from krea2.krablet.sql.arrays import column_params
@@ -79,7 +79,7 @@ class RangeRunner:
             expected = map_signature(
                 self.secret, map_id, m["table_name"], m["where_sql"], m["batch_size"], blob
             )
-            if not hmac.compare_digest(expected, m["signature"]):
+            if not signature_matches(expected, m["signature"]):
                 self.refused += 1
                 raise PluckRefused(
                     "refused: the job's signature does not match this cluster's secret "
@@ -167,9 +167,9 @@ class PluckWorker(Worker):
             **kwargs,
         )
 
-    def stop(self) -> None:
+    def stop(self, signum: int | None = None) -> None:
         self.runner.stopping.set()
-        super().stop()
+        super().stop(signum)
 
 
 __all__ = ["PluckRefused", "PluckWorker", "RangeRunner"]

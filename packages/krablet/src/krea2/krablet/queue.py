@@ -187,14 +187,52 @@ class Queue:
         with self._conn(shard) as conn:
             return failed_rows(conn, self.table.queue_table(self.job.name), limit)
 
+    def failing(self, shard: int, cap: int = 100_000) -> int:
+        """Rows of the job on ``shard`` that failed and are not done yet (counted up to
+        ``cap``): those :meth:`errors` lists, all of them."""
+        with self._conn(shard) as conn:
+            return failing_count(conn, self.table.queue_table(self.job.name), cap)
+
     def retry(self, shard: int, where: str | None = None) -> list[Any]:
         """Make the job's unleased rows on ``shard`` that match ``where`` (SQL over the table's
         columns; None: all) ready now with their attempts reset to 0, so their backoff starts
-        over; ``last_error`` is kept until they succeed. Returns the keys reset."""
+        over; ``last_error`` is kept until they succeed. Returns the keys reset. Rows the job
+        has done are not touched: :meth:`redo` runs those again."""
         statement = queue_sql.retry_rows(self.table, self.job, where)
+        return [r[0] for r in self._operator_sql(shard, statement, where)]
+
+    def count_done(self, shard: int, where: str | None = None) -> int:
+        """How many rows on ``shard`` :meth:`redo` with the same ``where`` would run again."""
+        chosen = queue_sql.done_rows(self.table, self.job, where)
+        return self._operator_sql(shard, queue_sql.count_rows(self.table, chosen), where)[0][0]
+
+    def redo(self, shard: int, where: str | None = None) -> list[Any]:
+        """Run the job again on rows of ``shard`` it has done that match ``where`` (SQL over
+        the table's columns; None: all): their result columns are set to NULL and they are
+        ready now with attempts 0. Rows the job's own ``where`` excludes are left as they are.
+        Other jobs' results (a job that read this one's) are kept: redo those too if they
+        depend on it. Returns the keys queued again."""
+        chosen = queue_sql.done_rows(self.table, self.job, where)
+        statement = queue_sql.reset_rows(self.table, self.job, chosen)
+        return [key for key, _live in self._operator_sql(shard, statement, where)]
+
+    def reset(self, shard: int, keys: Sequence[Any]) -> list[Any]:
+        """Forget the job's state for ``keys`` on ``shard`` (e.g. their inputs changed): result
+        columns set to NULL, attempts and error cleared, and a lease on them voided (its
+        holder writes nothing); the rows whose claim predicate holds are ready now, the others
+        leave the queue. Returns the keys reset (the ones that exist)."""
+        if not keys:
+            return []
+        statement = queue_sql.reset_rows(self.table, self.job, queue_sql.keys_in(self.table))
+        with self._conn(shard) as conn:
+            return [r[0] for r in conn.execute(statement, {"keys": sorted(keys)}).fetchall()]
+
+    def _operator_sql(self, shard: int, statement: Any, where: str | None) -> list[tuple]:
+        """Run a statement holding the operator's ``where`` (no parameters, so a ``%`` in it
+        is plain SQL); a UserError naming it when the database refuses it."""
         try:
             with self._conn(shard) as conn:
-                return [r[0] for r in conn.execute(statement).fetchall()]
+                return conn.execute(statement).fetchall()
         except (psycopg.ProgrammingError, psycopg.DataError) as exc:
             message = str(exc).splitlines()[0]
             raise UserError(
@@ -207,6 +245,11 @@ def failed_rows(conn: psycopg.Connection, queue_table: str, limit: int) -> list[
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(queue_sql.failed_rows(queue_table), (limit,))
         return cur.fetchall()
+
+
+def failing_count(conn: psycopg.Connection, queue_table: str, cap: int = 100_000) -> int:
+    """Rows of one queue table that failed and are not done, counted up to ``cap``."""
+    return conn.execute(queue_sql.failing_count(queue_table), {"cap": cap}).fetchone()[0]
 
 
 def queue_stats(conn: psycopg.Connection, queue_table: str, cap: int = 100_000) -> dict[str, Any]:

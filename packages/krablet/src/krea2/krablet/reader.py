@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
@@ -22,6 +23,10 @@ from krea2.krablet.sql import reads
 from krea2.krablet.sql.reads import Filter
 
 AGGREGATES = {"count", "sum", "min", "max", "avg"}
+# a value the database cannot use (``"abc"`` for an integer column, an operator the column's
+# type lacks, a JSON object as a filter value): the caller's mistake, reported as a UserError
+REFUSED_VALUES = (psycopg.DataError, psycopg.ProgrammingError)
+SCHEMA_FAULTS = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)
 MAX_LIMIT = 100_000
 
 
@@ -51,7 +56,13 @@ class Reader:
                 cur.execute(query, p)
                 return cur.fetchall()
 
-        return list(self._pool.map(run, shards))
+        try:
+            return list(self._pool.map(run, shards))
+        except SCHEMA_FAULTS:
+            raise  # the catalog names what a shard lacks: not the request's fault
+        except REFUSED_VALUES as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"the database refused the request's values: {reason}") from None
 
     def get(self, table: str, keys: Sequence[Any], columns: Sequence[str] | None = None) -> dict:
         """Rows by primary key, as ``{key: row}``; missing keys are absent."""

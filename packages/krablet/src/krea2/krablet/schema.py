@@ -71,7 +71,9 @@ class Job:
     lease_s: float = 60.0
     backoff_s: float = 5.0
     max_backoff_s: float = 3600.0
-    handler: str | None = None  # "module:function", used by `krea2 krablet worker`
+    # "module:function" run by `krea2 krablet worker --job` when no --handler is given; stored
+    # signed with the cluster secret, and imported only if that signature verifies
+    handler: str | None = None
 
     @property
     def results(self) -> list[str]:

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from krea2.infra.errors import UserError
+from krea2.krablet.connections import ShardsUnreachable
 from krea2.krablet.funnel import Funnel, FunnelError
 from krea2.krablet.reader import Reader
 from krea2.krablet.schema import WarehouseView
@@ -70,11 +71,35 @@ def check_bind(host: str, token: str | None) -> None:
 Handler = Callable[[dict[str, Any]], Any]
 
 
-def json_app(routes: dict[str, Handler], token: str | None = None) -> Starlette:
+class BodyTooLarge(Exception):
+    """A request body over the service's limit (answered 413)."""
+
+
+async def read_body(request: Request, max_body: int) -> bytes:
+    """The request body, refused before it is read when its Content-Length is over
+    ``max_body``, and as soon as the bytes read pass it otherwise (a chunked body): a client
+    can never make the service buffer more than ``max_body`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.strip().isdigit() or int(declared) > max_body):
+        raise BodyTooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def json_app(
+    routes: dict[str, Handler], token: str | None = None, max_body: int = MAX_BODY
+) -> Starlette:
     """A Starlette app of POST JSON endpoints: ``{"ok": result}`` or ``{"error": message}``.
 
-    A bad token is 401, malformed JSON or a request naming unknown tables/columns is 400, a
-    write the database refused is 422; messages never include DSNs or tracebacks.
+    A bad token is 401; malformed JSON, a request naming unknown tables/columns or holding
+    values the database refuses (``"abc"`` for an integer column) is 400; a body over
+    ``max_body`` bytes is 413, answered before it is read; a write the database refused is
+    422; an unreachable shard is 503. Messages never include DSNs or tracebacks.
     """
 
     def endpoint(fn: Handler):
@@ -83,10 +108,13 @@ def json_app(routes: dict[str, Handler], token: str | None = None) -> Starlette:
                 given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
                 if not hmac.compare_digest(given.encode(), token.encode()):
                     return JSONResponse({"error": "missing or wrong auth token"}, status_code=401)
-            body = await request.body()
-            if len(body) > MAX_BODY:
+            try:
+                body = await read_body(request, max_body)
+            except BodyTooLarge:
                 return JSONResponse(
-                    {"error": f"request larger than {MAX_BODY} bytes"}, status_code=413
+                    {"error": f"request larger than {max_body} bytes"},
+                    status_code=413,
+                    headers={"connection": "close"},  # the rest of the body is never read
                 )
             try:
                 payload = json.loads(body or b"{}")
@@ -96,6 +124,8 @@ def json_app(routes: dict[str, Handler], token: str | None = None) -> Starlette:
                 return JSONResponse({"error": f"malformed JSON request: {exc}"}, status_code=400)
             try:
                 result = await run_in_threadpool(fn, payload)  # handlers do blocking DB work
+            except ShardsUnreachable as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503)
             except UserError as exc:
                 status = getattr(exc, "http_status", 400)
                 return JSONResponse({"error": str(exc)}, status_code=status)
@@ -167,7 +197,11 @@ class Client:
 
 
 def make_funnel_app(
-    wh: WarehouseView, durable: bool = True, token: str | None = None, writers_per_shard: int = 8
+    wh: WarehouseView,
+    durable: bool = True,
+    token: str | None = None,
+    writers_per_shard: int = 8,
+    max_body: int = MAX_BODY,
 ) -> Starlette:
     """The funnel as a service: POST /v1/upsert, /v1/patch ({table, rows}) and /v1/flush."""
     funnel = Funnel(wh, durable=durable, writers_per_shard=writers_per_shard)
@@ -193,6 +227,7 @@ def make_funnel_app(
             "/v1/flush": flush,
         },
         token=token,
+        max_body=max_body,
     )
     app.state.funnel = funnel
     return app
@@ -232,7 +267,9 @@ class FunnelClient:
         self.close(flush=exc_type is None)
 
 
-def make_rpc_app(wh: WarehouseView, token: str | None = None) -> Starlette:
+def make_rpc_app(
+    wh: WarehouseView, token: str | None = None, max_body: int = MAX_BODY
+) -> Starlette:
     """Reads as a service: POST /v1/get, /v1/scan, /v1/count and /v1/aggregate."""
     reader = Reader(wh)
 
@@ -261,6 +298,7 @@ def make_rpc_app(wh: WarehouseView, token: str | None = None) -> Starlette:
     return json_app(
         {"/v1/get": get, "/v1/scan": scan, "/v1/count": count, "/v1/aggregate": aggregate},
         token=token,
+        max_body=max_body,
     )
 
 

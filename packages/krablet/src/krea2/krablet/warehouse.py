@@ -12,8 +12,13 @@ from krea2.infra.errors import UserError
 from krea2.krablet.cluster import Cluster, load_cluster
 from krea2.krablet.connections import ShardsUnreachable, ShardUnavailable, shard_host
 from krea2.krablet.funnel import Funnel
-from krea2.krablet.migration import load_tables, migrate_shard, schema_fingerprint
-from krea2.krablet.queue import Queue, failed_rows, queue_stats
+from krea2.krablet.migration import (
+    declared_handler,
+    load_tables,
+    migrate_shard,
+    schema_fingerprint,
+)
+from krea2.krablet.queue import Queue, failed_rows, failing_count, queue_stats
 from krea2.krablet.reader import Reader
 from krea2.krablet.schema import Table
 from krea2.krablet.sql import reads
@@ -72,8 +77,36 @@ class Warehouse:
         changed = []
         for i in range(len(self.cluster)):
             with self.cluster.connect(i) as conn:
-                changed += [f"shard {i}: {c}" for c in migrate_shard(conn, todo)]
+                changed += [
+                    f"shard {i}: {c}" for c in migrate_shard(conn, todo, self.cluster.secret)
+                ]
         return changed
+
+    def declared_handler(self, table: str, job: str) -> str:
+        """Job ``table.job``'s declared handler (``module:function``), read from the first
+        reachable shard's catalog and returned only if its signature verifies with the
+        cluster's secret: a row changed in the database without the secret never names code
+        a worker imports. A UserError naming the fix otherwise."""
+        failures: list[ShardUnavailable] = []
+        for i in range(len(self.cluster)):
+            try:
+                with self.cluster.connection(i) as conn:
+                    return declared_handler(conn, table, job, self.cluster.secret)
+            except ShardUnavailable as exc:
+                failures.append(exc)
+        raise ShardsUnreachable("no shard is reachable: " + "; ".join(str(f) for f in failures))
+
+    def reset_job(self, table: str, job: str, keys: Iterable[Any]) -> list[Any]:
+        """Run ``job`` again on the rows ``keys`` (e.g. their inputs changed): its result
+        columns are set to NULL, attempts and errors are cleared, a lease on them is voided
+        (its holder's result, computed from the old inputs, is not written), and the rows whose
+        claim predicate holds are ready now. Jobs that read this job's results keep theirs:
+        reset them too. Returns the keys reset (missing keys are skipped)."""
+        q = self.queue(table, job)
+        reset: list[Any] = []
+        for shard, shard_keys in sorted(self.cluster.split(keys).items()):
+            reset += q.reset(shard, shard_keys)
+        return reset
 
     def table(self, name: str) -> Table:
         t = self.tables.get(name)
@@ -113,10 +146,12 @@ class Warehouse:
     def status(
         self, cap: int = 100_000, fingerprints: bool = True, errors: int = 5
     ) -> dict[str, Any]:
-        """Per shard: reachability, row counts (capped), queue backlogs and each job's ``errors``
-        (up to ``errors`` failed rows: key, attempts, last_error, next_try_at); and whether the
-        schema is identical on the reachable shards (``schema_consistent``, None if none is
-        reachable) with the shards that could not be checked (``unreachable``)."""
+        """Per shard: reachability, row counts (capped), queue backlogs, each job's ``failing``
+        rows (failed, not done; capped) and ``errors`` (up to ``errors`` of them: key,
+        attempts, last_error, next_try_at); ``failing``: per ``TABLE.JOB``, the failing rows
+        of the reachable shards together; and whether the schema is identical on the reachable
+        shards (``schema_consistent``, None if none is reachable) with the shards that could
+        not be checked (``unreachable``)."""
         shards = []
         prints: list[dict] = []
         for i in range(len(self.cluster)):
@@ -133,6 +168,7 @@ class Warehouse:
                             "jobs": {
                                 j.name: {
                                     **queue_stats(conn, t.queue_table(j.name), cap),
+                                    "failing": failing_count(conn, t.queue_table(j.name), cap),
                                     "errors": failed_rows(conn, t.queue_table(j.name), errors),
                                 }
                                 for j in t.jobs
@@ -145,7 +181,19 @@ class Warehouse:
             shards.append(entry)
         same = all(f == prints[0] for f in prints) if prints else None
         down = [e["shard"] for e in shards if not e["ok"]]
-        return {"shards": shards, "schema_consistent": same, "unreachable": down}
+        failing = {
+            f"{name}.{j.name}": sum(
+                e["tables"][name]["jobs"][j.name]["failing"] for e in shards if e["ok"]
+            )
+            for name, t in sorted(self.tables.items())
+            for j in t.jobs
+        }
+        return {
+            "shards": shards,
+            "failing": failing,
+            "schema_consistent": same,
+            "unreachable": down,
+        }
 
 
 def _row_estimate(conn: psycopg.Connection, table: str) -> int | None:

@@ -18,6 +18,9 @@ next claimed batch, leases kept alive, once two batches are done, until ``stop()
 or the pause's time limit. A test can so SIGKILL or signal a worker provably mid-batch.
 """
 
+# long module: one Worker whose claim loop, shard health, batch settlement and background
+# threads all share the run's state (handlers and their bisection are in handler.py)
+
 from __future__ import annotations
 
 import contextlib
@@ -57,7 +60,9 @@ class WorkerStats:
     had ready or leased rows on a reachable shard; ``stopped_by`` is that signal's number
     (None for a plain ``stop()``). ``unreachable_shards``: shard indexes that could not be
     reached when the run ended (their rows were not worked on); ``unreachable`` describes each
-    as ``shard N (host …)``, never with a password.
+    as ``shard N (host …)``, never with a password. ``failing``: after an ``until_empty`` run
+    that ended by itself, the job's rows that failed and are backing off, on the reachable
+    shards (any worker's failures, not only this run's).
     """
 
     claimed: int = 0
@@ -71,11 +76,12 @@ class WorkerStats:
     stopped_by: int | None = None
     unreachable_shards: list[int] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)
+    failing: int = 0
 
     @property
     def finished(self) -> bool:
-        """True when the run neither was interrupted nor left shards unreached."""
-        return not self.interrupted and not self.unreachable_shards
+        """True when the run was not interrupted, reached every shard and left no failed row."""
+        return not self.interrupted and not self.unreachable_shards and not self.failing
 
 
 class Worker:
@@ -173,7 +179,9 @@ class Worker:
 
         ``signum``: the signal that asked for it (recorded in ``stats.stopped_by``).
         """
-        if not self._stop.is_set():
+        if not self._stop_requested:
+            # the first request is recorded even after the run ended by itself: a signal is
+            # then still the run's outcome (the CLI exits 128 + signum whatever the timing)
             self._stop_requested = True
             self.stats.stopped_by = signum
         self._stop.set()
@@ -215,6 +223,8 @@ class Worker:
         self._release_all()
         if stopping and self._stop_requested:
             self.stats.interrupted = not self._drained(wait_for_down=False)
+        elif until_empty and not stopping:
+            self.stats.failing = self._failing()
         down = self._unreachable()
         self.stats.unreachable_shards = down
         self.stats.unreachable = [self.wh.cluster.describe(i) for i in down]
@@ -274,6 +284,14 @@ class Worker:
         with self._lock:
             parked = {c.shard for c, _, _ in self._parked}
         return not (parked - set(self._unreachable()))
+
+    def _failing(self) -> int:
+        """Rows of the job that failed and are not done, on the shards that answer."""
+        total = 0
+        for i in range(len(self._backlog)):
+            with contextlib.suppress(*RETRYABLE):  # an unreachable shard is reported as such
+                total += self.queue.failing(i)
+        return total
 
     # -- one batch -------------------------------------------------------------------------------
     def _process(self, fn: Callable, claim: Claim) -> None:

@@ -134,6 +134,67 @@ WHERE (q.token IS NULL OR q.next_try_at <= now())
     )
 
 
+def done_rows(table: Table, job: Job, where: str | None) -> sql.Composable:
+    """The rows ``job`` has done that it would claim again were they not done (its extra
+    ``where`` holds) and that match ``where`` (operator-written SQL; None: all): the rows
+    :func:`reset_rows` redoes for ``krablet retry``."""
+    base = sql.SQL("{} IS NOT NULL").format(sql.Identifier(job.done_column))
+    if job.where:
+        base = sql.SQL("{} AND ({})").format(base, sql.SQL(job.where))
+    return sql.SQL("{} AND ({})").format(base, sql.SQL(where or "TRUE"))
+
+
+def keys_in(table: Table) -> sql.Composable:
+    """The rows whose key is in the array ``%(keys)s``."""
+    return sql.SQL("{} = ANY(%(keys)s::{}[])").format(
+        sql.Identifier(table.key), sql.SQL(table.key_type)
+    )
+
+
+def count_rows(table: Table, chosen: sql.Composable) -> sql.Composable:
+    """How many rows of the wide table match ``chosen``."""
+    return sql.SQL("SELECT count(*) FROM {} WHERE {}").format(sql.Identifier(table.name), chosen)
+
+
+def reset_rows(table: Table, job: Job, chosen: sql.Composable) -> sql.Composable:
+    """Redo ``job`` on the rows matching ``chosen``: set its result columns to NULL, make the
+    rows whose claim predicate then holds ready now with ``attempts = 0`` and no error, and
+    drop the others' queue rows. Either way the row's token is gone, so a worker that leased it
+    before the reset writes nothing (its result was computed from the old inputs). Returns
+    ``(key, queued)`` per row reset."""
+    q, t, k = (sql.Identifier(n) for n in (table.queue_table(job.name), table.name, table.key))
+    return sql.SQL("""
+WITH cleared AS (
+    UPDATE {t} SET {clear} WHERE {chosen}
+    RETURNING {k} AS key, coalesce({pred}, FALSE) AS live
+), queued AS (
+    INSERT INTO {q} (key) SELECT key FROM cleared WHERE live
+    ON CONFLICT (key) DO UPDATE SET next_try_at = now(), attempts = 0, owner = NULL,
+        token = NULL, last_error = NULL
+    RETURNING key
+), dropped AS (
+    DELETE FROM {q} q USING cleared c WHERE q.key = c.key AND NOT c.live RETURNING q.key
+)
+SELECT key, live FROM cleared ORDER BY key""").format(
+        q=q,
+        t=t,
+        k=k,
+        chosen=chosen,
+        pred=job_predicate(job),
+        clear=sql.SQL(", ").join(
+            sql.SQL("{} = NULL").format(sql.Identifier(c)) for c in job.results
+        ),
+    )
+
+
+def failing_count(queue_table: str) -> sql.Composable:
+    """Rows of a queue table whose last attempt failed (``last_error`` set), counted up to
+    ``%(cap)s``: rows that failed and are not done yet."""
+    return sql.SQL(
+        "SELECT count(*) FROM (SELECT 1 FROM {} WHERE last_error IS NOT NULL LIMIT %(cap)s) s"
+    ).format(sql.Identifier(queue_table))
+
+
 def failed_rows(queue_table: str) -> sql.Composable:
     """Up to ``%s`` rows that failed at least once: key, attempts, last_error, next_try_at."""
     return sql.SQL(
