@@ -132,3 +132,26 @@ def test_configs_built_in_code_may_pass_enum_strings():
     assert model.autocast is Autocast.AUTO and model.prediction is Prediction.X0
     with pytest.raises(ValueError, match=r"prediction='xo'.*did you mean 'x0'"):
         ModelConfig(prediction="xo")
+
+
+def test_a_misspelt_model_override_is_one_line_naming_the_key_and_the_closest_field(
+    write_job, tmp_path
+):
+    job = tmp_path / "typo.toml"
+    job.write_text(write_job().read_text().replace("width = 64", "widht = 64"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "krea2.trainer", "--config", str(job), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "overrides.widht is not a DiT config field; did you mean 'width'?" in lines[0]
+    assert "typo.toml" in lines[0]
+
+
+def test_a_model_override_of_the_wrong_type_names_the_key(write_job):
+    with pytest.raises(ConfigError, match=r"overrides.depth = '2' must be a whole number"):
+        load_job(write_job(), ["model.overrides.depth='2'"])

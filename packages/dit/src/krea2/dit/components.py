@@ -149,10 +149,53 @@ def load_text_encoder(
             dit.text_dim, dit.text_taps, max_length, seed=s.number or 0, corpus=corpus
         )
         return enc.to(device)
-    enc = TextEncoder.from_pretrained(s.path, max_length=max_length, dtype=dtype, device=device)
-    if enc.hidden_size != dit.text_dim or len(enc.taps) != dit.text_taps:
+    check_text_shape(s, text_shape(s, dit), dit)  # from its config, before the weights load
+    return TextEncoder.from_pretrained(s.path, max_length=max_length, dtype=dtype, device=device)
+
+
+@dataclass(frozen=True)
+class TextShape:
+    """What a text encoder gives the DiT per token: `taps` stacked layers of `dim` features."""
+
+    taps: int
+    dim: int
+
+
+def text_shape(spec: str | ComponentSpec, dit: DiTConfig) -> TextShape:
+    """The per-token shape of text encoder `spec`, read from its `config.json` (no weights):
+    Qwen3-VL's hidden size at the release's taps. `tiny` is built at `dit`'s shape.
+    UserError when the folder has no config or too few layers for the release's taps."""
+    import json
+
+    from krea2.dit.text import RELEASE_TAPS, text_encoder_folder
+
+    s = parse_text_encoder(spec)
+    if s.kind == "tiny":
+        return TextShape(dit.text_taps, dit.text_dim)
+    conf_path = text_encoder_folder(s.path) / "config.json"
+    try:
+        text = json.loads(conf_path.read_text()).get("text_config") or {}
+        dim, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(
-            f"text encoder {s} gives {len(enc.taps)} taps x {enc.hidden_size}, the DiT "
-            f"expects {dit.text_taps} x {dit.text_dim}"
+            f"text encoder {s}: {conf_path} is not a Qwen3-VL config ({e!r}); give the "
+            "folder of a Qwen3-VL model"
+        ) from None
+    if max(RELEASE_TAPS) > layers:
+        raise UserError(
+            f"text encoder {s} has {layers} layers; the DiT's text taps read hidden states "
+            f"{RELEASE_TAPS[0]}..{max(RELEASE_TAPS)}, so give a Qwen3-VL with at least "
+            f"{max(RELEASE_TAPS)} layers (Qwen3-VL-4B has 36)"
         )
-    return enc
+    return TextShape(len(RELEASE_TAPS), dim)
+
+
+def check_text_shape(spec: str | ComponentSpec, shape: TextShape, dit: DiTConfig) -> None:
+    """UserError unless the encoder's `shape` is the DiT's text_taps x text_dim."""
+    if (shape.taps, shape.dim) != (dit.text_taps, dit.text_dim):
+        raise UserError(
+            f"text encoder {spec} gives {shape.taps} taps x {shape.dim} features per token, "
+            f"but the DiT {dit.name!r} has text_taps={dit.text_taps}, text_dim={dit.text_dim}; "
+            f"use the text encoder the DiT was trained with, or a DiT with text_taps="
+            f"{shape.taps}, text_dim={shape.dim}"
+        )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,9 +215,41 @@ CONFIGS: dict[str, DiTConfig] = {
 }
 
 
+# DiTConfig field types an override is checked against (rope_axes, a list, is not).
+_SCALARS = {"int": int, "int | None": int, "float": float, "bool": bool}
+_TYPE_WORDS = {int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _fits(value: Any, want: type) -> bool:
+    if isinstance(value, bool):
+        return want is bool
+    return isinstance(value, want) or (want is float and isinstance(value, int))
+
+
+def check_overrides(overrides: Mapping[str, Any], prefix: str = "") -> None:
+    """UserError naming the first override that is no DiTConfig field (with the closest
+    field) or whose value has the wrong type; ``prefix`` is how the caller spells the
+    table (``model.overrides.``)."""
+    kinds = {
+        f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        for f in dataclasses.fields(DiTConfig)
+        if f.name != "name"
+    }
+    for key, value in overrides.items():
+        if key not in kinds:
+            close = difflib.get_close_matches(key, list(kinds), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"fields: {', '.join(kinds)}"
+            raise UserError(f"{prefix}{key} is not a DiT config field; {hint}")
+        want = _SCALARS.get(kinds[key])
+        if want is not None and not _fits(value, want):
+            raise UserError(f"{prefix}{key} = {value!r} must be {_TYPE_WORDS[want]}")
+
+
 def get_config(name: str, **overrides: Any) -> DiTConfig:
-    """A named config (`krea2-12b`, `tiny`, `toy`, `bench-512`), optionally with fields changed."""
+    """A named config (`krea2-12b`, `tiny`, `toy`, `bench-512`), optionally with fields
+    changed; UserError for an unknown name, field or a value of the wrong type."""
     if name not in CONFIGS:
         raise UserError(f"unknown DiT config {name!r}; choose one of {', '.join(CONFIGS)}")
+    check_overrides(overrides)
     cfg = dataclasses.replace(CONFIGS[name])
     return cfg.replace(name=name, **overrides) if overrides else cfg

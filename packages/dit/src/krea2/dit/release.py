@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from krea2.dit.config import DiTConfig
 from krea2.dit.flow import MU_X1, MU_X2, MU_Y1, MU_Y2, TURBO_MU, TimeShift
 from krea2.dit.weights import CheckpointError, json_file
 
@@ -67,6 +68,60 @@ def read_model_folder(path: str | Path) -> ModelFolder:
         autoencoder=_autoencoder_spec(root / "vae"),
         time_shift=read_time_shift(root),
     )
+
+
+def read_dit_config(path: str | Path) -> DiTConfig:
+    """The DiT config of released weights without reading a tensor: a model folder (either
+    layout), a diffusers transformer folder (its `config.json`) or a `.safetensors` file
+    (the config in its metadata, else inferred from the shapes in its header, patch 2).
+    CheckpointError naming the path when it holds no DiT."""
+    import json
+
+    from krea2.dit.diffusers_config import from_diffusers_config
+    from krea2.dit.weights import (
+        CONFIG_KEY,
+        infer_config,
+        is_training_checkpoint,
+        training_checkpoint_error,
+    )
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
+    if is_training_checkpoint(path):
+        raise training_checkpoint_error(path)
+    if path.is_dir() and not (path / "config.json").exists():
+        path = read_model_folder(path).transformer
+    if path.is_dir():
+        conf = _object(path / "config.json")
+        name = path.parent.name if path.name == "transformer" else path.name
+        return from_diffusers_config(conf, int(conf.get("krea2_patch", 2)), name)
+    meta, shapes = _safetensors_header(path)
+    if CONFIG_KEY in meta:
+        return DiTConfig(**json.loads(meta[CONFIG_KEY]))
+    import torch
+
+    from krea2.dit.keymap import to_krea
+
+    cfg = infer_config(to_krea({k: torch.empty(s, device="meta") for k, s in shapes.items()}))
+    return cfg.replace(name=path.stem)
+
+
+def _safetensors_header(path: Path) -> tuple[dict[str, str], dict[str, list[int]]]:
+    """(metadata, tensor shapes) from a safetensors file's JSON header (8 bytes of length,
+    then the header); no tensor byte is read."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= path.stat().st_size - 8:
+                raise ValueError(f"header length {size} does not fit the file")
+            header = json.loads(f.read(size))
+        meta = header.pop("__metadata__", None) or {}
+        return meta, {k: list(v["shape"]) for k, v in header.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"cannot read the safetensors header of {path}: {e}") from e
 
 
 def _autoencoder_spec(vae: Path) -> str | None:

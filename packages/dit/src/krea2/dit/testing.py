@@ -52,7 +52,9 @@ def write_tiny_model_folder(
     `layout="diffusers"`: transformer/, text_encoder/ (a 36-layer Qwen3-VL of width 16, so
     the release's text taps apply), tokenizer/ (the code-built BPE), vae/ (a tiny
     Qwen-Image VAE, factor 4), scheduler/scheduler_config.json (Krea 2's dynamic shift
-    unless `scheduler` is given) and model_index.json (`distilled` -> is_distilled).
+    unless `scheduler` is given) and model_index.json naming every component
+    (`distilled` -> is_distilled), so diffusers' `Krea2Pipeline.from_pretrained(root)`
+    loads it.
     `layout="native"`: one released-format DiT .safetensors beside text_encoder/,
     tokenizer/ and vae/.
     """
@@ -91,6 +93,29 @@ def write_tiny_model_folder(
             "max_image_seq_len": 6400,
         }
         (root / "scheduler" / "scheduler_config.json").write_text(json.dumps(conf, indent=2))
-        index = {"_class_name": "Krea2Pipeline", "is_distilled": distilled}
+        index = pipeline_index(root, type(enc.model).__name__, distilled, dit.cfg.patch)
         (root / "model_index.json").write_text(json.dumps(index, indent=2))
     return root
+
+
+def pipeline_index(root: Path, text_encoder: str, distilled: bool, patch: int) -> dict:
+    """`model_index.json` of a diffusers pipeline folder naming every component, so that
+    `Krea2Pipeline.from_pretrained(root)` loads the folder (offline, nothing downloaded);
+    the text encoder (class `text_encoder`) is tapped at the release's layers."""
+    import diffusers
+
+    from krea2.dit.text import RELEASE_TAPS
+
+    tokenizer = json.loads((root / "tokenizer" / "tokenizer_config.json").read_text())
+    return {
+        "_class_name": "Krea2Pipeline",
+        "_diffusers_version": diffusers.__version__,
+        "is_distilled": distilled,
+        "patch_size": patch,
+        "text_encoder_select_layers": list(RELEASE_TAPS),
+        "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", text_encoder],
+        "tokenizer": ["transformers", tokenizer["tokenizer_class"]],
+        "transformer": ["diffusers", "Krea2Transformer2DModel"],
+        "vae": ["diffusers", "AutoencoderKLQwenImage"],
+    }

@@ -11,6 +11,7 @@ from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.trainer.config import Autocast, InitDevice, JobConfig, ModelConfig, StageConfig
 from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
+from krea2.trainer.model_shape import dit_config
 from krea2.trainer.objective import Parameterization
 from krea2.trainer.validate import autoencoder_spec
 
@@ -80,16 +81,6 @@ def build_autoencoder(model: ModelConfig, device: torch.device) -> nn.Module:
     from krea2.dit.components import load_autoencoder
 
     return load_autoencoder(autoencoder_spec(model), device=device)
-
-
-def dit_config(cfg: JobConfig, stage: StageConfig | None = None):
-    """The DiT config of the job, with ``stage``'s patch when it sets one."""
-    from krea2.dit.config import get_config
-
-    overrides = dict(cfg.model.overrides)
-    if stage is not None and stage.patch is not None:
-        overrides["patch"] = stage.patch
-    return get_config(cfg.model.name, **overrides)
 
 
 def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModule:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krea2.infra.errors import UserError
 from krea2.infra.shards import CAPTION_FORMATS
 from krea2.trainer.choices import (
     Autocast,
@@ -35,7 +36,10 @@ from krea2.trainer.choices import (
 class ModelConfig:
     """The DiT: a named ``krea2.dit`` config with field overrides, and its autoencoder."""
 
-    name: str = "toy"
+    # A krea2.dit config name ("toy", "tiny", "krea2-12b", ...). None: the shape of the
+    # released weights the first stage that has them starts from (its init_from, e.g. a
+    # model folder), else "toy"; overrides change fields of either.
+    name: str | None = None
     overrides: dict[str, int | float | bool | str] = field(default_factory=dict)
     # A krea2.dit registry name: "pixel[:F]" (PixelAE, the toy), "qwen-image:PATH", "flux2:PATH";
     # its spatial factor and latent channels come from the registry.
@@ -65,7 +69,13 @@ class ModelConfig:
     init_device: InitDevice = InitDevice.AUTO
 
     def __post_init__(self) -> None:
+        from krea2.dit.config import check_overrides
+
         parse_enum_fields(self)
+        try:
+            check_overrides(self.overrides, "overrides.")
+        except UserError as e:  # the loader names the section and the file
+            raise ValueError(str(e)) from None
 
 
 @dataclass

@@ -57,7 +57,15 @@ class ShardIndex:
         shuffle: False keeps file order (evaluation).
     """
 
-    def __init__(self, files: list[Path], global_batch: int, seed: int, shuffle: bool = True):
+    def __init__(
+        self,
+        files: list[Path],
+        global_batch: int,
+        seed: int,
+        shuffle: bool = True,
+        where: str = "shards",
+        setting: str = "batch_size",
+    ):
         import pyarrow.parquet as pq
 
         self.files = [Path(f) for f in files]
@@ -66,6 +74,7 @@ class ShardIndex:
         self.shuffle = shuffle
         self.stages: set[str] = set()
         batches: list[BatchRef] = []
+        longest, rows, packing = 0, 0, set()
         for fi, path in enumerate(self.files):
             try:
                 validate_shard_file(path)
@@ -76,6 +85,7 @@ class ShardIndex:
             if METADATA_STAGE in meta:
                 self.stages.add(meta[METADATA_STAGE].decode())
             packed = int(meta.get(METADATA_BATCH_SIZE, b"0") or 0)
+            packing.add(packed)
             if packed and global_batch % packed and packed % global_batch:
                 log.warning(
                     "shard %s is packed in runs of %d rows; batch %d splits runs",
@@ -85,10 +95,17 @@ class ShardIndex:
                 )
             buckets = pf.read(columns=["bucket"], use_threads=False).column(0).to_pylist()
             batches += self._runs(fi, buckets)
+            rows += len(buckets)
+            longest = max(longest, longest_run(buckets))
         if not batches:
+            packed = max(packing, default=0)
+            fits = packed if 0 < packed <= longest else longest
             raise UserError(
-                f"shards {[str(f) for f in self.files]} hold no run of {global_batch} rows of "
-                "one bucket; lower batch_size or pack the shards with a larger batch"
+                f"{where}: {setting}={global_batch}, but the {rows} rows in "
+                f"{len(self.files)} file(s) hold no run of {global_batch} rows of one bucket "
+                f"(the longest is {longest}; packed in runs of {packed or 'unknown size'}); "
+                f"set {setting} = {fits}, or prepare the shards with --batch-size {global_batch} "
+                f"from at least {global_batch} images per bucket"
             )
         self.batches = batches
 
@@ -122,6 +139,15 @@ class ShardIndex:
         ref = self.batch_at(step)
         table = pq.read_table(self.files[ref.file], columns=["key"], use_threads=False)
         return table.column(0).slice(ref.start, ref.stop - ref.start).to_pylist()
+
+
+def longest_run(buckets: list[str]) -> int:
+    """The most consecutive rows of one bucket (a batch is cut from such a run)."""
+    best = run = 0
+    for i, bucket in enumerate(buckets):
+        run = run + 1 if i and bucket == buckets[i - 1] else 1
+        best = max(best, run)
+    return best
 
 
 def _decode(row: dict, width: int, height: int) -> np.ndarray:

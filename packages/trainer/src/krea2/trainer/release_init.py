@@ -11,13 +11,17 @@ the full 12B weights (24 GB in bf16) in host memory.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from krea2.infra.errors import UserError
 
-# Config fields that decide tensor shapes, for the mismatch message.
+if TYPE_CHECKING:
+    from krea2.dit.config import DiTConfig
+
+# Config fields that decide tensor shapes, for the mismatch messages.
 SHAPE_FIELDS = (
     "width",
     "depth",
@@ -74,12 +78,7 @@ def shape_mismatch(sd: dict[str, Tensor], file_cfg, cfg, where: str) -> str | No
     if want == got:
         return None
     try:
-        src = file_cfg or infer_config(sd, patch=cfg.patch)
-        fields = [
-            f"{f} {getattr(src, f)} (config: {getattr(cfg, f)})"
-            for f in SHAPE_FIELDS
-            if getattr(src, f) != getattr(cfg, f)
-        ]
+        fields = shape_differences(file_cfg or infer_config(sd, patch=cfg.patch), cfg)
     except CheckpointError:
         fields = []
     missing = sorted(set(want) - set(got))
@@ -92,10 +91,24 @@ def shape_mismatch(sd: dict[str, Tensor], file_cfg, cfg, where: str) -> str | No
     else:
         first = f"{len(extra)} unexpected tensors (first {extra[0]!r})"
     differ = "; the checkpoint has " + ", ".join(fields) if fields else ""
-    return (
-        f"{where}: the weights do not fit model {cfg.name!r}{differ}; {first}. Set "
-        "model.name / model.overrides to the checkpoint's shape (krea2-12b for the release)"
-    )
+    return f"{where}: the weights do not fit model {cfg.name!r}{differ}; {first}. {SHAPE_FIX}"
+
+
+def shape_differences(have: DiTConfig, want: DiTConfig) -> list[str]:
+    """``field value (config: value)`` for every shape field where ``have`` (weights)
+    differs from ``want`` (the job's config)."""
+    return [
+        f"{f} {getattr(have, f)} (config: {getattr(want, f)})"
+        for f in SHAPE_FIELDS
+        if getattr(have, f) != getattr(want, f)
+    ]
+
+
+# What to do when released weights and the job's model config disagree.
+SHAPE_FIX = (
+    "Leave model.name and the shape overrides out to take the DiT's shape from init_from, "
+    "or set them to the weights' shape (krea2-12b for the release)"
+)
 
 
 def load_release_weights(module: nn.Module, path: Path, distributed: bool, where: str) -> None:

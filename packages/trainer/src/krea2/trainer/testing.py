@@ -134,3 +134,32 @@ def write_toy_dataset(
             write_toy_shards(out / name, n, (side, side), files, 64, draw_seed, f"p{side}")
             written[name] = n
     return written
+
+
+# Photo-like sizes (width, height): landscape, portrait, square, wide.
+PHOTO_SIZES: tuple[tuple[int, int], ...] = ((480, 360), (360, 480), (400, 400), (512, 288))
+
+
+def write_photo_folder(out: str | Path, n: int = 12, seed: int = 0) -> Path:
+    """A stand-in for a folder of one's own photos (docs, tests of ``krea2 train prepare``):
+    ``n`` pictures ``photo-NN.jpg`` at photo sizes and aspect ratios (``PHOTO_SIZES`` in
+    turn), each a blob on a noisy colour gradient (so curate's flat-image, duplicate and
+    size filters keep it), with its caption in ``photo-NN.txt``."""
+    from PIL import Image
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        width, height = PHOTO_SIZES[i % len(PHOTO_SIZES)]
+        blob_class, cell = int(rng.integers(CLASSES)), int(rng.integers(CELLS))
+        top, bottom = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+        ramp = np.linspace(0.0, 1.0, height)[:, None, None]
+        pixels = top + (bottom - top) * ramp + rng.normal(0, 24, (height, width, 3))
+        blob = draw(blob_class, cell, width, height)
+        pixels = np.where(blob.any(axis=2, keepdims=True), blob, pixels)
+        image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+        image.save(out / f"photo-{i:02d}.jpg", quality=90)
+        caption = blob_captions(blob_class, cell)[0]["text"].replace("black", "noisy")
+        (out / f"photo-{i:02d}.txt").write_text(caption + "\n")
+    return out

@@ -80,7 +80,9 @@ def _check_stage(
             f"stages[{index}].float8 = 'none' (or float8_emulate = true for numerics tests)"
         )
     if stage.irepa.steps > 0:
-        depth = _model_cfg(cfg).depth
+        from krea2.trainer.model_shape import dit_config
+
+        depth = dit_config(cfg).depth
         if not 0 <= stage.irepa.layer < depth:
             raise UserError(
                 f"{where}: irepa.layer={stage.irepa.layer} is not a block of a {depth}-block DiT"
@@ -92,6 +94,8 @@ def _check_stage(
             )
     if stage.init_from not in ("previous", "none") and not Path(stage.init_from).exists():
         raise UserError(f"{where}: init_from={stage.init_from!r} does not exist")
+    if cfg.parallel.async_tp and not stage.compile:
+        raise UserError(f"{where}: async_tp works through torch.compile; set compile = true")
     if stage.lora.enabled:
         _check_lora_stage(cfg, stage, index, where)
 
@@ -161,35 +165,53 @@ def autoencoder_spec(model: ModelConfig) -> str:
     return f"pixel:{factor}"
 
 
-def _model_cfg(cfg: JobConfig):
-    from krea2.dit.config import get_config
-
-    return get_config(cfg.model.name, **cfg.model.overrides)
+def raise_problems(problems: list[str]) -> None:
+    """One UserError holding every problem, one ``error:`` line each (repeats dropped)."""
+    if problems:
+        raise UserError("\nerror: ".join(dict.fromkeys(problems)))
 
 
 def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
-    """Raise one UserError naming the first problem of ``cfg`` for ``world_size`` ranks."""
-    from krea2.dit.components import latent_space, parse_text_encoder
-    from krea2.dit.parallel import check_tp_degree
-    from krea2.trainer.text import LEARNED, text_encoder_spec
+    """Raise one UserError naming every problem of ``cfg`` for ``world_size`` ranks that
+    config files can show (one line each; see :func:`job_problems`)."""
+    raise_problems(job_problems(cfg, world_size))
 
-    if not cfg.stages:
-        raise UserError("the job has no stages; add a [[stages]] table with data and steps")
-    model_cfg = _model_cfg(cfg)
-    dp, tp = parallel_degrees(cfg, world_size)
-    if tp > 1:
-        check_tp_degree(model_cfg, tp)
-    spec = autoencoder_spec(cfg.model)
-    ae = latent_space(spec)  # reads a VAE's config: UserError when its folder is not there
-    if ae.channels != model_cfg.latent_channels:
-        raise UserError(
-            f"model {model_cfg.name!r} has latent_channels={model_cfg.latent_channels} but "
-            f"the autoencoder {spec} gives {ae.channels}; pick the matching autoencoder"
-        )
-    text = text_encoder_spec(cfg.text)
-    path = None if text == LEARNED else parse_text_encoder(text).path
-    if path is not None and not path.exists():
-        raise UserError(f"text.encoder={text!r}: {path} does not exist; give a local model")
+
+def job_problems(cfg: JobConfig, world_size: int = 1) -> list[str]:
+    """The problems of ``cfg``, one line each. A problem that leaves nothing to check
+    against (no stages, a model or mesh that cannot be built, an autoencoder that cannot be
+    read) is the only one reported; after it every check runs."""
+    from krea2.dit.components import latent_space
+    from krea2.dit.parallel import check_tp_degree
+    from krea2.trainer.model_shape import dit_config, fit_problems
+
+    try:
+        if not cfg.stages:
+            raise UserError("the job has no stages; add a [[stages]] table with data and steps")
+        model_cfg = dit_config(cfg)
+        dp, tp = parallel_degrees(cfg, world_size)
+        if tp > 1:
+            check_tp_degree(model_cfg, tp)
+        spec = autoencoder_spec(cfg.model)
+        ae = latent_space(spec)  # reads a VAE's config: UserError when its folder is not there
+    except UserError as e:
+        return [str(e)]
+    problems = fit_problems(cfg, model_cfg, spec, ae.channels)
+
+    checks = [lambda: _check_job_switches(cfg, tp, world_size)]
+    checks += [
+        lambda i=i, s=s: _check_stage(cfg, s, i, dp, dit_config(cfg, s).patch, ae.factor)
+        for i, s in enumerate(cfg.stages)
+    ]
+    for check in checks:
+        try:
+            check()
+        except UserError as e:
+            problems.append(str(e))
+    return problems
+
+
+def _check_job_switches(cfg: JobConfig, tp: int, world_size: int) -> None:
     if cfg.parallel.async_tp and tp <= 2:
         raise UserError(f"parallel.async_tp needs tp > 2 (got tp={tp}); set async_tp = false")
     second = cfg.observe.second_base
@@ -202,9 +224,3 @@ def validate_job(cfg: JobConfig, world_size: int = 1) -> None:
                 "trains LoRA; remove it or set stages.N.lora.rank"
             )
     _check_base_quant(cfg, world_size)
-    for i, stage in enumerate(cfg.stages):
-        _check_stage(cfg, stage, i, dp, model_cfg.patch, ae.factor)
-        if cfg.parallel.async_tp and not stage.compile:
-            raise UserError(
-                f"stage {stage.name!r}: async_tp works through torch.compile; set compile = true"
-            )
