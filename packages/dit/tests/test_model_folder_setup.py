@@ -107,7 +107,7 @@ def test_a_text_encoder_of_another_shape_names_text_taps_and_text_dim(folder):
 
 
 def test_the_import_notice_filters_drop_only_torchao_s_notices():
-    from krea2.dit.quiet import DIFFUSERS_TORCHAO_LOGGER, PYTREE_LOGGER, drop_import_notices
+    from krea2.infra.quiet import DIFFUSERS_TORCHAO_LOGGER, PYTREE_LOGGER, drop_import_notices
 
     class Other(enum.Enum):
         A = 1

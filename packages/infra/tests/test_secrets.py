@@ -11,8 +11,17 @@ PLANTED = "tok-3c1f9a0e-planted"
 
 
 def test_credential_names_are_recognised():
-    for name in ("KREA2_REWARD_TOKEN", "HF_TOKEN", "PGPASSWORD", "KREA2_CLUSTER_SECRET",
-                 "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "KREA2_DSN", "KREA2_SIGNING_KEY"):  # fmt: skip
+    credentials = (
+        "KREA2_REWARD_TOKEN",
+        "HF_TOKEN",
+        "PGPASSWORD",
+        "KREA2_CLUSTER_SECRET",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "KREA2_DSN",
+        "KREA2_SIGNING_KEY",
+    )
+    for name in credentials:
         assert is_secret_name(name), name
     for name in ("KREA2_PROGRESS", "OMP_NUM_THREADS", "NCCL_DEBUG", "MASTER_ADDR", "RANK"):
         assert not is_secret_name(name), name

@@ -7,10 +7,10 @@ diffusers), so this root imports nothing heavy: each name loads its module on fi
 
 from __future__ import annotations
 
-from krea2.dit.quiet import drop_import_notices
 from krea2.infra.lazy import lazy_exports
+from krea2.infra.quiet import drop_import_notices
 
-drop_import_notices()  # torchao's import-time notices (see krea2.dit.quiet)
+drop_import_notices()  # torchao's import-time notices (see krea2.infra.quiet)
 
 __version__ = "0.1.0"
 

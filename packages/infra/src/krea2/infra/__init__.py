@@ -25,6 +25,7 @@ _SUBMODULES = (
     "progress",
     "pause",
     "secrets",
+    "quiet",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
     "extras",

@@ -30,6 +30,7 @@ import typer
 from typer.core import TyperGroup
 
 from krea2.infra.errors import UserError
+from krea2.infra.quiet import drop_import_notices
 
 ENTRY_POINT_GROUP = "krea2.cli"
 
@@ -336,4 +337,5 @@ def run_cli(command: Callable[..., Any] | click.Command, args: list[str] | None 
 
 def main() -> None:
     """Console entry point of ``krea2``."""
+    drop_import_notices()  # every command, whichever package imports transformers/diffusers
     sys.exit(run_cli(app))

@@ -12,7 +12,8 @@ registries look for it), and with the versions we pin that prints three lines be
   objects" from its torchao quantizer's logger. krea2 never loads torchao-serialized
   pickles (weights are safetensors), so the notice is not about anything we do.
 
-Each filter matches its logger and its message; every other record passes.
+Each filter matches its logger and its message; every other record passes. The `krea2`
+command installs them first thing, and `krea2.dit` on import (for library users).
 """
 
 from __future__ import annotations
