@@ -158,10 +158,11 @@ def test_keys_a_click_and_an_undo_through_three_pairs(cluster_file, tmp_path):
     pairs = toy_pairs(tmp_path / "png", 4)
     wh = open_pairs(str(cluster_file))
     write_pairs(wh, pairs)
-    app = annotate_app(AnnotationSession(wh, annotator="tester"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    session = AnnotationSession(wh, annotator="tester", images=tmp_path / "png")
+    app = annotate_app(session, port=port)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

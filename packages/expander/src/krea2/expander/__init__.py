@@ -40,6 +40,7 @@ _HOMES: dict[str, str | None] = {
     "GatedGRPOTrainer": "gdpo",
     "GdpoConfig": "gdpo",
     "run_gdpo": "gdpo",
+    "ChatLimits": "server",
     "Expander": "server",
     "create_app": "server",
     "cli": None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -126,23 +127,49 @@ def serve(
     model: Annotated[Path, typer.Argument(help="Folder of a trained expander (or Qwen3).")],
     host: Annotated[str, typer.Option(help="Bind address; loopback by default.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 7450,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KREA2_EXPANDER_TOKEN",
+            help="Bearer token (API key) clients must send; needed off loopback.",
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int, typer.Option(help="Most tokens one request may ask to generate (400 beyond).")
+    ] = 1024,
+    max_message_chars: Annotated[
+        int, typer.Option(help="Most characters in one message (400 beyond).")
+    ] = 16_000,
     vllm: Annotated[bool, typer.Option(help="Serve with vLLM (the [vllm] extra).")] = False,
 ) -> None:
     """Serve the expander behind an OpenAI-compatible chat API (POST /v1/chat/completions).
 
+    Loopback by default; a non-loopback --host needs --token (or KREA2_EXPANDER_TOKEN), which
+    clients send as their API key. Bodies over 1 MiB get 413 before they are read.
+
     Example: krea2 expander serve runs/expander --port 7450
     """
+    from krea2.expander.server import TOKEN_ENV
+    from krea2.rl import check_bind
+
+    check_bind(host, token, "the expander server", TOKEN_ENV)  # before the model loads
+    if max_tokens < 1 or max_message_chars < 1:
+        raise UserError("--max-tokens and --max-message-chars must be >= 1")
     if vllm:
         exe = shutil.which("vllm")
         if exe is None:
             raise UserError("--vllm: vLLM is not installed; pip install 'krea2-expander[vllm]'")
         cmd = [exe, "serve", str(model), "--host", host, "--port", str(port),
                "--reasoning-parser", "qwen3"]  # fmt: skip
-        sys.exit(subprocess.call(cmd))
+        # vLLM reads its API key from the environment: a token in argv would show in `ps`
+        env = {**os.environ, "VLLM_API_KEY": token} if token else None
+        sys.exit(subprocess.call(cmd, env=env))
     import uvicorn
 
-    from krea2.expander.server import Expander, create_app
+    from krea2.expander.server import ChatLimits, Expander, create_app
 
     expander = Expander(*_load(model))
+    limits = ChatLimits(max_tokens=max_tokens, max_message_chars=max_message_chars)
+    app_ = create_app(expander, model.name, token=token, limits=limits)
     typer.echo(f"serving {model} on http://{host}:{port}/v1/chat/completions", err=True)
-    uvicorn.run(create_app(expander, model.name), host=host, port=port, log_level="warning")
+    uvicorn.run(app_, host=host, port=port, log_level="warning")

@@ -8,6 +8,9 @@ Three parts, each a sub-package with its own ``__all__``:
   annotation page) and preference optimization (Diffusion-DPO, STPO) on the trainer;
 * ``krea2.rl.grpo``: multi-reward RL without CFG (GRPO on SDE rollouts, DiffusionNFT),
   prompt-pool curation and reward-hacking guards, on the trainer.
+
+and ``krea2.rl.serving``: what every HTTP server here and in ``krea2.expander`` checks
+first (a token off loopback, a capped body, bounded JSON), exported at this root.
 """
 
 from __future__ import annotations
@@ -16,7 +19,20 @@ from krea2.infra.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_HOMES: dict[str, str | None] = {"rewards": None, "preference": None, "grpo": None}
+_HOMES: dict[str, str | None] = {
+    "rewards": None,
+    "preference": None,
+    "grpo": None,
+    "serving": None,
+    "BadJson": "serving",
+    "BodyTooLarge": "serving",
+    "TokenRequired": "serving",
+    "check_bind": "serving",
+    "is_loopback": "serving",
+    "load_json": "serving",
+    "read_body": "serving",
+    "token_matches": "serving",
+}
 
 __all__ = sorted(_HOMES)
 

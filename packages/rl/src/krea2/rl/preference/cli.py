@@ -52,27 +52,54 @@ def annotate_command(
     cluster: str = typer.Option(None, "--cluster", help="krablet cluster file or DSNs"),
     table: str = typer.Option("preference_pairs", "--table", help="the pairs table"),
     pairs: Path = typer.Option(None, "--pairs", help="add a preference stage's pairs.json first"),
+    images: Path = typer.Option(
+        None, "--images", help="folder the page serves images from (default: --pairs' folder)"
+    ),
     annotator: str = typer.Option(None, "--annotator", help="name recorded with each choice"),
     host: str = typer.Option("127.0.0.1", "--host", help="bind address (loopback by default)"),
     port: int = typer.Option(7450, "--port"),
+    token: str = typer.Option(
+        None, "--token", envvar="KREA2_ANNOTATE_TOKEN", help="needed off loopback"
+    ),
+    allow_host: list[str] = typer.Option(
+        [], "--allow-host", help="another name the page is reached by (Host header)"
+    ),
 ) -> None:
     """Serve a local page to choose the better image of each pair (← → s skip, u undo).
+
+    Only image files (PNG, JPEG, WebP) under --images are served. A non-loopback --host needs
+    --token (or KREA2_ANNOTATE_TOKEN); open http://HOST:PORT/?token=TOKEN once.
 
     Example: krea2 rl annotate --cluster kb/cluster.json --pairs work/pairs.json --port 7450
     """
     import uvicorn
 
-    from krea2.rl.preference.annotate import AnnotationSession, annotate_app
+    from krea2.infra.errors import UserError
+    from krea2.rl.preference.annotate import TOKEN_ENV, AnnotationSession, annotate_app
     from krea2.rl.preference.shards import read_pairs_file
     from krea2.rl.preference.table import open_pairs, write_pairs
+    from krea2.rl.serving import check_bind
 
+    check_bind(host, token, "the annotation page", TOKEN_ENV)  # before the table is opened
+    folder = images if images is not None else (pairs.parent if pairs is not None else None)
+    if folder is None:
+        raise UserError("give --images DIR: the folder holding the pairs' images (or --pairs FILE)")
+    if not folder.is_dir():
+        raise UserError(f"--images {folder} is not a folder")
     to_add = read_pairs_file(pairs) if pairs is not None else []
     wh = open_pairs(cluster, table)
     if pairs is not None:
         typer.echo(f"added {write_pairs(wh, to_add, table)} pairs to {table}")
-    session = AnnotationSession(wh, table, annotator)
+    session = AnnotationSession(wh, table, annotator, images=folder)
+    if hidden := session.unservable():
+        typer.echo(
+            f"warning: {len(hidden)} pairs (e.g. {hidden[0]}) have an image missing or outside "
+            f"{folder}; the page shows no image for it",
+            err=True,
+        )
+    app = annotate_app(session, host=host, port=port, token=token, allowed_hosts=allow_host)
     typer.echo(f"{len(session.pairs)} pairs to annotate: http://{host}:{port}/")
-    uvicorn.run(annotate_app(session), host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def make_pairs_command(

@@ -50,6 +50,7 @@ _HOMES: dict[str, str | None] = {
     "RubricReward": "rubric_llm",
     "REWARD_KINDS": "registry",
     "load_reward": "registry",
+    "RequestLimits": "wire",
     "ServerConfig": "server",
     "ServerThread": "server",
     "TOKEN_ENV": "server",

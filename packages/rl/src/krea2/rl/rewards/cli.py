@@ -37,19 +37,37 @@ def serve_reward(
     max_batch: Annotated[int, typer.Option(help="Images per reward call at most.")] = 32,
     max_wait_ms: Annotated[float, typer.Option(help="Longest wait to fill a batch.")] = 5.0,
     request_timeout_s: Annotated[float, typer.Option(help="504 after this long.")] = 60.0,
+    max_body_mb: Annotated[float, typer.Option(help="413 for a larger body, unread.")] = 64.0,
+    max_images: Annotated[int, typer.Option(help="Most images in one request.")] = 256,
+    max_image_pixels: Annotated[
+        int, typer.Option(help="Most pixels in one image (413 from its header).")
+    ] = 4096 * 4096,
+    max_request_pixels: Annotated[
+        int, typer.Option(help="Most pixels in one request, all images together.")
+    ] = 32 * 2**20,
 ) -> None:
     """Serve a reward over HTTP with dynamic batching (POST /score, /health, /metrics).
 
     Loopback by default; a non-loopback --host needs --token. Wire format: krea2.rl.rewards.wire.
+    Requests over a --max-* limit get 413, checked before the bytes are read or decoded.
 
     Example: krea2 rl serve-reward --kind rubric --port 7440 --max-batch 32
     """
-    from krea2.rl.rewards.server import ServerConfig, serve
+    from krea2.rl.rewards.server import TOKEN_ENV, ServerConfig, serve
+    from krea2.rl.rewards.wire import RequestLimits
+    from krea2.rl.serving import check_bind
+
+    check_bind(host, token, "the reward server", TOKEN_ENV)  # before the reward loads
 
     if max_batch < 1 or max_wait_ms < 0 or request_timeout_s <= 0:
         raise UserError("--max-batch must be ≥ 1, --max-wait-ms ≥ 0, --request-timeout-s > 0")
+    if min(max_body_mb, max_images, max_image_pixels, max_request_pixels) <= 0:
+        raise UserError("--max-body-mb, --max-images and --max-*-pixels must be > 0")
     reward = _reward(kind)
-    config = ServerConfig(max_batch, max_wait_ms, request_timeout_s, token)
+    limits = RequestLimits(
+        int(max_body_mb * 2**20), max_images, max_image_pixels, max_request_pixels
+    )
+    config = ServerConfig(max_batch, max_wait_ms, request_timeout_s, token, limits=limits)
     typer.echo(f"serving reward {reward.name} on http://{host}:{port} (POST /score)", err=True)
     try:
         serve(reward, host, port, config)

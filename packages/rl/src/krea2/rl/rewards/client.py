@@ -34,7 +34,8 @@ class RewardClient:
 
     ``timeout_s`` per HTTP attempt; ``retries`` further attempts after the first, waiting
     ``backoff_s · 2^k`` (capped at ``max_backoff_s``, times a random factor in [0.5, 1.5])
-    between them; batches over ``max_images_per_request`` go as several requests, framed in
+    between them; batches over ``max_images_per_request`` images or ``max_request_bytes`` of
+    pixels (under the server's default 64 MiB body cap) go as several requests, framed in
     binary (``binary=False``: as JSON with base64 pixels, for servers before that). Bad input
     raises ValueError (checked here first, as in-process, and on 422 from the server); a
     wrong token raises PermissionError; exhausted retries raise :class:`RewardServerError`.
@@ -51,12 +52,14 @@ class RewardClient:
         backoff_s: float = 0.2,
         max_backoff_s: float = 5.0,
         max_images_per_request: int = 64,
+        max_request_bytes: int = 48 * 2**20,
         binary: bool = True,
     ) -> None:
         self.url = url.rstrip("/")
         self.name = name or f"remote:{self.url}"
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.max_images_per_request = max_images_per_request
+        self.max_request_bytes = max_request_bytes
         self.binary = binary
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(headers=headers, timeout=timeout_s)
@@ -81,7 +84,8 @@ class RewardClient:
         pixels, prompts = check_batch(images, prompts)
         if not prompts:
             return empty_output()
-        step = self.max_images_per_request
+        per_image = max(1, pixels[0].nbytes * (3 if self.binary else 4) // 3)  # base64: 4/3
+        step = max(1, min(self.max_images_per_request, self.max_request_bytes // per_image))
         parts = [
             self._post(pixels[i : i + step], prompts[i : i + step])
             for i in range(0, len(prompts), step)

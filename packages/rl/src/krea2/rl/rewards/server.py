@@ -3,27 +3,29 @@
 Requests (see :mod:`krea2.rl.rewards.wire`) wait in a queue until ``max_batch`` images are
 pending or the oldest has waited ``max_wait_ms``; same-size images are then scored in one
 call of the reward, in one worker thread, and each request gets its rows back. A
-``request_id`` seen before (a client's retry) is answered from the first attempt's result
-instead of being scored again. Binds to loopback by default; a non-loopback host needs a
-bearer token.
+``request_id`` seen before with the same body (a client's retry) is answered from the first
+attempt's result instead of being scored again. Binds to loopback by default; a non-loopback
+host needs a bearer token. A request's body is capped before it is read and its images
+before they are decoded (:class:`~krea2.rl.rewards.wire.RequestLimits`); decoding runs off
+the event loop, so a big request never stalls ``/health`` or the batcher.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
+import hashlib
 import threading
 import time
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -33,12 +35,14 @@ from krea2.rl.rewards.contract import Reward, RewardOutput, check_batch
 from krea2.rl.rewards.wire import (
     BINARY_TYPE,
     BadRequest,
+    RequestLimits,
+    TooLarge,
     decode_binary,
     decode_request,
     encode_output,
 )
+from krea2.rl.serving import BadJson, BodyTooLarge, check_bind, load_json, read_body, token_matches
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "KREA2_REWARD_TOKEN"
 
 
@@ -46,13 +50,15 @@ TOKEN_ENV = "KREA2_REWARD_TOKEN"
 class ServerConfig:
     """``max_batch`` images per reward call, ``max_wait_ms`` the longest a request waits for
     others to join its batch, ``request_timeout_s`` until a request gets 504, ``token`` the
-    bearer token (None: no check), ``remembered`` request ids kept for retries."""
+    bearer token (None: no check), ``remembered`` request ids kept for retries, ``limits``
+    what one request may hold (413 beyond)."""
 
     max_batch: int = 32
     max_wait_ms: float = 5.0
     request_timeout_s: float = 60.0
     token: str | None = None
     remembered: int = 4096
+    limits: RequestLimits = field(default_factory=RequestLimits)
 
 
 @dataclass
@@ -150,14 +156,16 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
     """The FastAPI app serving ``reward``: POST ``/score``, GET ``/health`` and ``/metrics``."""
     config = config or ServerConfig()
     state: dict[str, Any] = {}
-    remembered: OrderedDict[str, asyncio.Future] = OrderedDict()
+    # keyed by (request_id, body digest): a retry repeats both; another body under a
+    # reused id is scored on its own instead of being answered with the first body's scores
+    remembered: OrderedDict[tuple[str, bytes], asyncio.Future] = OrderedDict()
     requests = counter("rl", "reward_requests_total", "Score requests", ["reward", "status"])
     scored = counter("rl", "reward_images_total", "Images scored", ["reward"])
     retried = counter("rl", "reward_retries_total", "Requests answered from a retry", ["reward"])
     latency = histogram("rl", "reward_request_seconds", "Score request latency", ["reward"])
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
         batcher = _Batcher(reward, config)
         task = asyncio.create_task(batcher.run())
         state["batcher"] = batcher
@@ -170,35 +178,49 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
 
     app = FastAPI(title=f"krea2 reward server: {reward.name}", lifespan=lifespan)
 
-    def fail(status: int, detail: str) -> HTTPException:
+    def fail(status: int, detail: str, headers: dict[str, str] | None = None) -> HTTPException:
         requests.labels(reward.name, str(status)).inc()
-        return HTTPException(status, detail)
+        return HTTPException(status, detail, headers)
+
+    def decode(raw: bytes, binary: bool) -> tuple[str | None, Any, np.ndarray, list[str]]:
+        """A request's (id, retry key, pixels, prompts); on a worker thread (base64, PNG
+        decoding and hashing take milliseconds per megabyte)."""
+        if binary:
+            request_id, pixels, prompts = decode_binary(raw, config.limits)
+        else:
+            request_id, pixels, prompts = decode_request(load_json(raw), config.limits)
+        pixels, prompts = check_batch(pixels, prompts)
+        key = (request_id, hashlib.sha256(raw).digest()) if request_id else None
+        return request_id, key, pixels, prompts
 
     @app.post("/score")
     async def score(request: Request) -> dict[str, Any]:
         started = time.perf_counter()
-        if config.token is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {config.token}".encode()):
-                raise fail(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
-        raw = await request.body()
+        if config.token is not None and not token_matches(
+            request.headers.get("authorization"), config.token
+        ):
+            raise fail(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+        try:
+            raw = await read_body(request, config.limits.max_body_bytes)
+        except BodyTooLarge as e:  # the rest of the body is never read: close the connection
+            detail = f"{e}; send fewer or smaller images per request"
+            raise fail(413, detail, {"connection": "close"}) from None
         binary = request.headers.get("content-type", "").startswith(BINARY_TYPE)
         try:
-            body = None if binary else json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise fail(400, "the body is not JSON; see krea2.rl.rewards.wire") from None
-        try:
-            request_id, pixels, prompts = decode_binary(raw) if binary else decode_request(body)
-            pixels, prompts = check_batch(pixels, prompts)
+            request_id, key, pixels, prompts = await run_in_threadpool(decode, raw, binary)
+        except BadJson as e:
+            raise fail(400, f"{e}; see krea2.rl.rewards.wire") from None
+        except TooLarge as e:
+            raise fail(413, str(e)) from None
         except (BadRequest, ValueError) as e:
             raise fail(422, str(e)) from None
-        future = remembered.get(request_id) if request_id else None
+        future = remembered.get(key) if key else None
         if future is not None:
             retried.labels(reward.name).inc()
         else:
             future = state["batcher"].submit(pixels, prompts)
-            if request_id:
-                remembered[request_id] = future
+            if key:
+                remembered[key] = future
                 while len(remembered) > config.remembered:
                     remembered.popitem(last=False)
         try:
@@ -210,8 +232,8 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
         except HTTPException as e:
             raise fail(e.status_code, str(e.detail)) from None
         except Exception as e:
-            if request_id:
-                remembered.pop(request_id, None)  # let a retry score it again
+            if key:
+                remembered.pop(key, None)  # let a retry score it again
             raise fail(500, f"the reward failed: {type(e).__name__}: {e}") from None
         requests.labels(reward.name, "200").inc()
         scored.labels(reward.name).inc(len(out))
@@ -227,6 +249,7 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
             "max_batch": config.max_batch,
             "max_wait_ms": config.max_wait_ms,
             "queued_images": batcher._queued_images() if batcher else 0,
+            "limits": asdict(config.limits),
         }
 
     @app.get("/metrics")
@@ -236,20 +259,12 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
     return app
 
 
-def _check_bind(host: str, config: ServerConfig) -> None:
-    if host not in LOOPBACK and not config.token:
-        raise ValueError(
-            f"binding {host} exposes the reward server beyond this machine; give a token "
-            f"(--token or {TOKEN_ENV}) or bind 127.0.0.1"
-        )
-
-
 def serve(
     reward: Reward, host: str = "127.0.0.1", port: int = 7440, config: ServerConfig | None = None
 ) -> None:
     """Serve ``reward`` until interrupted (blocking)."""
     config = config or ServerConfig()
-    _check_bind(host, config)
+    check_bind(host, config.token, "the reward server", TOKEN_ENV)
     uvicorn.run(create_app(reward, config), host=host, port=port, log_level="warning")
 
 
@@ -270,7 +285,7 @@ class ServerThread:
         config: ServerConfig | None = None,
     ) -> None:
         self.config = config or ServerConfig()
-        _check_bind(host, self.config)
+        check_bind(host, self.config.token, "the reward server", TOKEN_ENV)
         uv_config = uvicorn.Config(
             create_app(reward, self.config), host=host, port=port, log_level="warning"
         )
