@@ -12,8 +12,7 @@ from krea2.infra.host import run_cli
 from krea2.trainer import expand_prompts
 
 
-@pytest.fixture(scope="module")
-def served(serve):
+def toy_expander() -> Expander:
     """An untrained toy expander that always writes 8 visible tokens (special and blank
     tokens suppressed: no end of turn, no think block, so the whole answer is the
     expansion)."""
@@ -24,7 +23,12 @@ def served(serve):
     model.generation_config.suppress_tokens = [
         *tok.convert_tokens_to_ids(list(SPECIAL_TOKENS)), *blank,
     ]  # fmt: skip
-    with serve(create_app(Expander(model, tok, max_new_tokens=8), "toy")) as url:
+    return Expander(model, tok, max_new_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def served(serve):
+    with serve(create_app(toy_expander(), "toy")) as url:
         yield f"{url}/v1"
 
 
@@ -58,3 +62,12 @@ def test_the_sampler_checks_its_run_before_asking_the_expander(tmp_path, capsys)
     )  # fmt: skip
     assert code == 2
     assert "has no config.toml" in capsys.readouterr().err
+
+
+def test_a_token_protected_expander_gets_the_key_from_the_environment(serve, monkeypatch):
+    with serve(create_app(toy_expander(), "toy", token="s3cret")) as url:
+        monkeypatch.delenv("KREA2_EXPANDER_TOKEN", raising=False)
+        with pytest.raises(UserError, match="answered 401"):
+            expand_prompts(f"{url}/v1", ["a red circle"], max_tokens=8)
+        monkeypatch.setenv("KREA2_EXPANDER_TOKEN", "s3cret")
+        assert all(expand_prompts(f"{url}/v1", ["a red circle"], max_tokens=8))

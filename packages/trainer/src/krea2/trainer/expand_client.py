@@ -8,19 +8,23 @@ client package and no import of krea2.expander (which depends on the trainer).
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
 from krea2.infra.errors import UserError
 
-__all__ = ["expand_prompts"]
+__all__ = ["TOKEN_ENV", "expand_prompts"]
+
+TOKEN_ENV = "KREA2_EXPANDER_TOKEN"  # the API key `krea2 expander serve --token` reads too
 
 
-def _post(url: str, body: dict, timeout_s: float) -> dict:
-    request = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
-    )
+def _post(url: str, body: dict, timeout_s: float, token: str | None) -> dict:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return dict(json.loads(response.read()))
@@ -44,18 +48,21 @@ def expand_prompts(
     model: str | None = None,
     max_tokens: int = 256,
     timeout_s: float = 120.0,
+    token: str | None = None,
 ) -> list[str]:
     """Each prompt's greedy expansion from the chat endpoint at ``base_url`` (``.../v1``):
     the reply's ``content`` (a reasoning trace, if any, is the separate
-    ``reasoning_content``). An empty reply or a dead server is a `UserError`."""
+    ``reasoning_content``). An empty reply or a dead server is a `UserError`. ``token``
+    (default ``$KREA2_EXPANDER_TOKEN``) is sent as the bearer API key."""
     url = base_url.rstrip("/") + "/chat/completions"
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
     out = []
     for prompt in prompts:
         body: dict = {"messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
                       "max_tokens": max_tokens}  # fmt: skip
         if model:
             body["model"] = model
-        reply = _post(url, body, timeout_s)
+        reply = _post(url, body, timeout_s, token)
         try:
             text = str(reply["choices"][0]["message"]["content"] or "").strip()
         except (KeyError, IndexError, TypeError):
