@@ -109,3 +109,20 @@ def test_merge_records_the_shift_of_the_stage_its_folders_come_from(run, tmp_pat
     assert read_conditioning(out)["shift"] == 0.8
     with pytest.raises(UserError, match="different time shifts"):
         merge_to_file([out], None, job, tmp_path / "again.safetensors")
+
+
+def test_a_checkpoint_folder_from_outside_the_run_is_loaded_only_when_trusted(run, tmp_path):
+    import shutil
+
+    from krea2.infra.errors import UserError
+    from krea2.trainer.merge import merge_to_file
+
+    foreign = tmp_path / "downloaded" / "step-000000005"
+    shutil.copytree(run / "checkpoints" / "pretrain" / "step-000000005", foreign)
+    job = run / "config.toml"
+    with pytest.raises(UserError, match="outside this run .*--trust-checkpoints"):
+        merge_to_file([foreign], None, job, tmp_path / "m.safetensors")
+    assert not (tmp_path / "m.safetensors").exists()  # refused before anything was read
+    out = merge_to_file([foreign], None, job, tmp_path / "m.safetensors", trusted=True)
+    again = merge_to_file([out], None, job, tmp_path / "again.safetensors")  # no code inside
+    assert again.exists()

@@ -154,6 +154,11 @@ def merge(
     ),
     density: float = typer.Option(0.2, "--density", help="ties: share of each task vector kept"),
     scale: float = typer.Option(1.0, "--scale", help="task-arithmetic: scale of the sum"),
+    trust: bool = typer.Option(
+        False,
+        "--trust-checkpoints",
+        help="load checkpoint folders from outside the config's run folder (they are pickles)",
+    ),
 ) -> None:
     """Merge domain checkpoints (uniform, weighted, TIES or task arithmetic against their
     common base) into one, recording the run's text conditioning, prediction type and time
@@ -167,7 +172,7 @@ def merge(
     from krea2.trainer.merge import merge_to_file
 
     w = [float(x) for x in weights.split(",")] if weights else None
-    merge_to_file(sources, w, config, out, stage, method, base, density, scale)
+    merge_to_file(sources, w, config, out, stage, method, base, density, scale, trust)
     typer.echo(f"merged {len(sources)} checkpoints into {out}")
 
 

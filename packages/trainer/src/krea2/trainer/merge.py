@@ -219,6 +219,24 @@ def pma_from_run(run_dir: Path, stage: str, last: int, every: int, out: Path) ->
     return steps
 
 
+def refuse_untrusted_checkpoints(sources: list[Path], run_dir: Path, trusted: bool) -> None:
+    """UserError for a torch.distributed checkpoint folder outside ``run_dir`` unless
+    ``trusted``. Reading one unpickles its ``.metadata``, and a pickle can run code, so a
+    checkpoint folder is trusted input (docs/trainer.md): the run's own are, any other needs
+    the user's say-so. ``.safetensors`` files hold no code and are always accepted."""
+    if trusted:
+        return
+    root = run_dir.resolve()
+    for source in sources:
+        if source.suffix == ".safetensors" or source.resolve().is_relative_to(root):
+            continue
+        raise UserError(
+            f"{source} is a checkpoint folder from outside this run ({root}); loading one "
+            "unpickles its metadata, which can run code. Pass --trust-checkpoints if you made "
+            "it or trust who did, or merge .safetensors exports instead"
+        )
+
+
 def merge_to_file(
     sources: list[Path],
     weights: list[float] | None,
@@ -229,13 +247,19 @@ def merge_to_file(
     base: Path | None = None,
     density: float = 0.2,
     scale: float = 1.0,
+    trusted: bool = False,
 ) -> Path:
     """Merge ``sources`` into ``out`` by ``method``: ``average`` (uniform or weighted),
     ``ties`` (needs the ``base`` they were fine-tuned from; keeps the top ``density`` of each
     task vector) or ``task-arithmetic`` (``base`` + ``scale`` x the weighted sum of the
     task vectors). The stage whose settings are recorded is ``stage``, else the one the
-    step folders name (see :func:`source_stage`)."""
+    step folders name (see :func:`source_stage`). Checkpoint folders from outside the job's
+    run folder are refused unless ``trusted`` (:func:`refuse_untrusted_checkpoints`)."""
     sources = [Path(s) for s in sources]
+    from krea2.trainer.config import load_job
+
+    run_dir = Path(load_job(job_config).run_dir)
+    refuse_untrusted_checkpoints([*sources, *([Path(base)] if base else [])], run_dir, trusted)
     if method == "average":
         state = average(sources, weights)
     elif method in ("ties", "task-arithmetic"):
