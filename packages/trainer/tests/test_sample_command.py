@@ -120,7 +120,7 @@ def test_a_checkpoint_folder_from_outside_the_run_is_loaded_only_when_trusted(ru
     foreign = tmp_path / "downloaded" / "step-000000005"
     shutil.copytree(run / "checkpoints" / "pretrain" / "step-000000005", foreign)
     job = run / "config.toml"
-    with pytest.raises(UserError, match="outside this run .*--trust-checkpoints"):
+    with pytest.raises(UserError, match=r"outside this run .*--trust-checkpoints"):
         merge_to_file([foreign], None, job, tmp_path / "m.safetensors")
     assert not (tmp_path / "m.safetensors").exists()  # refused before anything was read
     out = merge_to_file([foreign], None, job, tmp_path / "m.safetensors", trusted=True)
