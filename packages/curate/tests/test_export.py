@@ -122,3 +122,31 @@ def test_an_export_that_writes_fewer_rows_says_why_and_what_to_change(tmp_path):
     assert any("whole batches of 32" in s and "--batch-size" in s for s in stats.shortfall())
     assert "captions --captioner" in ExportStats(uncaptioned=3).shortfall()[0]
     assert "krea2 curate run" in ExportStats(kept=0).shortfall()[0]
+
+
+def test_a_second_export_into_a_folder_replaces_the_first_and_foreign_files_are_refused(tmp_path):
+    from krea2.curate.export_folder import MANIFEST
+    from krea2.infra.errors import UserError
+
+    out = tmp_path / "shards"
+    first = export_shards(_samples(40), out, "s", side=32, batch_size=4, rows_per_file=8)
+    assert first.files == 4 and first.folder == f"{out}: a new folder"
+    (out / ".shard-00003.parquet.999.tmp").write_bytes(b"half")  # a write killed earlier
+    second = export_shards(_samples(8), out, "s", side=32, batch_size=2, rows_per_file=8)
+    # the trainer globs *.parquet: only the second export's rows are left to read
+    assert sorted(p.name for p in out.glob("*.parquet")) == ["shard-00000.parquet"]
+    table = pq.read_table(sorted(out.glob("*.parquet")))
+    assert table.num_rows == second.rows == 8
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "shard-00000.parquet"]
+    assert second.folder == (
+        f"{out}: replaced the previous export there (3 of its files no longer written were removed)"
+    )
+    (out / "mine.parquet").write_bytes(b"someone else's")
+    with pytest.raises(UserError, match=r"holds files no krea2 export wrote there \(mine\.parquet"):
+        export_shards(_samples(4), out, "s", side=32, batch_size=4)
+    assert (out / "mine.parquet").read_bytes() == b"someone else's"  # untouched
+    old = tmp_path / "before-manifests"  # shards of an export that kept no manifest
+    old.mkdir()
+    (old / "shard-00000.parquet").write_bytes(b"old")
+    with pytest.raises(UserError, match=r"choose a new or empty folder, or remove them"):
+        export_shards(_samples(4), old, "s", side=32, batch_size=4)

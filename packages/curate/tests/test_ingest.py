@@ -133,7 +133,7 @@ def test_a_truncated_parquet_or_a_binary_uri_list_is_one_error_naming_the_file(t
 
 
 def test_sidecar_captions_are_validated_and_a_plain_string_is_one_caption(tmp_path):
-    from krea2.curate.sources import sidecar_captioner
+    from krea2.curate.sidecars import sidecar_captioner
 
     (tmp_path / "a.jpg").write_bytes(b"a")
     (tmp_path / "a.json").write_text('{"caption": "a cat on a mat"}')

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from krea2.curate import shapes
+from krea2.curate.plugins import PLAIN_CAPTION_FORMAT
 from krea2.curate.prepare import prepare_folder
 from krea2.infra.errors import UserError
 from krea2.infra.shards import validate_shard_file
@@ -49,7 +50,9 @@ def test_a_folder_becomes_checked_bucketed_shards(folder, tmp_path):
         validate_shard_file(f)
     table = pq.read_table(files[0])
     first = table.to_pylist()[0]
-    assert first["captions"][0]["format"] == "long" and first["captions"][0]["text"]
+    # a .txt caption is filed under the one plain-caption format, as curate ingest files it
+    text = (folder / first["key"].split("/", 1)[1]).with_suffix(".txt").read_text().strip()
+    assert first["captions"] == [{"format": PLAIN_CAPTION_FORMAT, "text": text}]
 
 
 def test_a_folder_without_captions_says_what_to_add(tmp_path):
@@ -67,3 +70,38 @@ def test_the_module_runs_as_a_command(folder, tmp_path):
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "11 images: 8 rows" in out
+
+
+def test_every_image_left_out_is_named_with_its_reason(folder, tmp_path):
+    (folder / "logo.svg").write_text("<svg/>")
+    out = tmp_path / "shards"
+    result = prepare_folder(folder, out, side=64, min_side=64, batch_size=3)
+    # 4 square and 4 tall scenes in batches of 3: one of each bucket does not fit
+    assert result.rows == 6 and result.counts() == {
+        "incomplete_batch": 2, "entropy": 1, "exact_duplicate": 1, "no_caption": 1, "skipped": 1,
+    }  # fmt: skip
+    summary = result.summary()
+    assert "dropped to whole batches: 2" in summary and f"names in {out / 'dropped.tsv'}" in summary
+    lines = (out / "dropped.tsv").read_text().splitlines()
+    assert lines[0] == "image\treason\tdetail"
+    named = {tuple(line.split("\t")) for line in lines[1:]}
+    assert {
+        ("img0.png", "exact_duplicate", "of copy.png"),  # copy.png: listed first
+        ("flat.png", "entropy", ""),
+        ("img8.png", "no_caption", ""),
+        ("logo.svg", "skipped", "unsupported image format: convert to PNG or JPEG"),
+    } <= named
+    tails = [n for n in named if n[1] == "incomplete_batch"]
+    assert len(tails) == 2 and all(n[2].startswith("batches of 3") for n in tails)
+    written = {
+        r["key"].split("/")[1] for r in pq.read_table(sorted(out.glob("*.parquet"))).to_pylist()
+    }
+    assert written.isdisjoint(n[0] for n in named) and len(written) + len(named) == 12
+    # a second run into the same folder rewrites the list and leaves no stale shard
+    again = prepare_folder(folder, out, side=64, min_side=64, batch_size=1)
+    assert again.rows == 8 and again.counts()["skipped"] == 1
+    assert again.folder == f"{out}: replaced the previous export there"
+    assert "incomplete_batch" not in (out / "dropped.tsv").read_text()
+    verbose = result.lines(verbose=True)
+    assert "  dropped img0.png: exact_duplicate of copy.png" in verbose
+    assert not any(line.startswith("  dropped") for line in result.lines())

@@ -112,7 +112,7 @@ def test_a_registered_tagger_runs_in_the_tags_stage(tmp_path, monkeypatch):
     assert handler([{"uri": str(path)}]) == [{"tags": ["thing"]}]
 
 
-def test_the_shapes_captioner_writes_the_scene_captions_and_nothing_without_one():
+def test_the_shapes_captioner_writes_the_scene_captions_and_fails_a_row_without_one():
     import numpy as np
 
     from krea2.curate.handlers import CaptionHandler, configured
@@ -125,7 +125,9 @@ def test_the_shapes_captioner_writes_the_scene_captions_and_nothing_without_one(
         [{"uri": "file:///a.png", "meta": {"scene": scene.to_dict()}}, {"uri": "x", "meta": None}]
     )
     assert out[0]["captions"] == [{"format": f, "text": t} for f, t in captions(scene).items()]
-    assert out[1] == {"captions": []}
+    # not done with no caption (a done row is never claimed again): failed with the reason
+    assert isinstance(out[1], curate.NoCaption)  # skipped, with the reason:
+    assert "captioner 'shapes' on x: no caption" in str(out[1])
 
 
 def test_every_public_name_resolves_and_the_root_import_is_cheap():

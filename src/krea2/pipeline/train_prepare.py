@@ -15,20 +15,25 @@ import typer
 
 
 def prepare(
-    folder: Path = typer.Argument(..., help="images with <name>.txt captions beside them"),
-    out: Path = typer.Option(..., "--out", help="output folder for the Parquet shards"),
+    folder: Path = typer.Argument(
+        ..., help='images with captions beside them: <name>.txt, or "caption" in <name>.json'
+    ),
+    out: Path = typer.Option(
+        ..., "--out", help="output folder for the Parquet shards (new, empty or an earlier one)"
+    ),
     side: int = typer.Option(1024, "--side", help="nominal side of the training stage"),
     min_side: int = typer.Option(None, "--min-side", help="smallest image side kept"),
     batch_size: int = typer.Option(None, "--batch-size", help="rows per packed batch"),
+    verbose: bool = typer.Option(False, "--verbose", help="name every dropped image"),
 ) -> None:
     """Curate a folder of captioned images into training shards (curate's decode checks,
-    cheap filters, exact and near dedup, aspect buckets).
+    cheap filters, exact and near dedup, aspect buckets). Captions follow `krea2 curate
+    ingest`'s sidecars; images left out are named in OUT/dropped.tsv.
 
     Example: krea2 train prepare my-photos --out shards/mine --side 1024
     """
     from krea2.curate import prepare_folder
 
     result = prepare_folder(folder, out, side, None, min_side, 0, batch_size)
-    typer.echo(result.summary())
-    for line in result.shortfall:
+    for line in result.lines(verbose):
         typer.echo(line)

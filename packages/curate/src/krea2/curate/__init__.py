@@ -21,12 +21,15 @@ _PUBLIC: dict[str, str] = {
     "open_warehouse": "warehouse",
     "ingest": "warehouse",
     "ingest_rows": "warehouse",
+    "IngestResult": "warehouse",
+    "requeue": "warehouse",
     "run_stages": "warehouse",
     "check_stages": "warehouse",
     "run_worker": "warehouse",
     "read_rows": "warehouse",
     "kept_rows": "warehouse",
     "stage_progress": "warehouse",
+    "skipped_rows": "warehouse",
     "is_complete": "warehouse",
     "isolation_failures": "warehouse",
     "retry_isolation_failures": "warehouse",
@@ -43,6 +46,7 @@ _PUBLIC: dict[str, str] = {
     "Captioner": "plugins",
     "register_tagger": "plugins",
     "register_captioner": "plugins",
+    "NoCaption": "plugins",
     # export and report
     "export_warehouse": "export",
     "export_shards": "export",
@@ -52,6 +56,7 @@ _PUBLIC: dict[str, str] = {
     # a user's folder of captioned images -> shards (krea2 train prepare)
     "prepare_folder": "prepare",
     "PrepareResult": "prepare",
+    "read_sidecars": "sidecars",
     "write_report": "report",
     # configuration
     "CurateConfig": "config",

@@ -24,14 +24,18 @@ def ingest(
     ),
     name: str = typer.Option(None, help="Source name (key prefix); default: the path's stem."),
     all_files: bool = typer.Option(False, help="Take every file, not only image suffixes."),
+    verbose: bool = typer.Option(False, "--verbose", help="Name every file skipped."),
     cluster: str = typer.Option(None, help=CLUSTER_HELP),
 ) -> None:
     """List SOURCE into the images table; bytes stay where they are (rows hold URIs).
 
-    Re-ingesting is idempotent: keys are source/relative-path. In a directory, a sidecar
-    <stem>.json next to an image (webdataset/img2dataset style) becomes the row's metadata.
-    The per-file work (md5, size, format, decode, filters, hashes) is the `analyze` stage
-    that `run` executes.
+    Re-ingesting is idempotent: keys are source/relative-path. In a directory, sidecars
+    beside an image become the row's metadata: <stem>.json (any metadata; captions under
+    "caption" or "captions") and <stem>.txt (the caption). An image whose sidecars changed
+    since the last ingest is queued again for the captions stage. Files that are not
+    images (or are images curate does not decode, such as SVG) are counted by suffix and
+    reason. The per-file work (md5, size, format, decode, filters, hashes) is the
+    `analyze` stage that `run` executes.
 
     Example: krea2 curate ingest photos --name photos
     """
@@ -39,10 +43,11 @@ def ingest(
 
     wh = curate.open_warehouse(cluster)
     try:
-        n = curate.ingest(wh, source, name, all_files)
+        result = curate.ingest(wh, source, name, all_files)
     finally:
         wh.close()
-    typer.echo(f"ingested {n} images from {source} (run `krea2 curate run` to process them)")
+    for line in result.lines(source, verbose):
+        typer.echo(line)
 
 
 def _run_with_progress(batch_size: int, lease_s: float | None, follow: bool):
@@ -92,6 +97,11 @@ def _run_with_progress(batch_size: int, lease_s: float | None, follow: bool):
             f"{stage.name}: {stats.completed} done, {stats.failed} failed (retried later), "
             f"{stats.released} released"
         )
+        if skipped := curate.skipped_rows(wh, stage):
+            line += (
+                f"; {skipped} skipped, with nothing to caption until their inputs change "
+                "(add sidecars and ingest again)"
+            )
         if stage.name == "analyze":
             gave_up = curate.isolation_failures(wh)
             line += f"; {gave_up} timed out or crashed twice (marked broken)" + (
@@ -249,7 +259,8 @@ def export(
 ) -> None:
     """Export the kept images, with the captions the `captions` stage wrote to their rows,
     as pre-shuffled, bucket-packed training shards. Rows without captions are skipped; the
-    summary says why any kept image was not written and what to change.
+    summary says why any kept image was not written and what to change. OUT must be new,
+    empty or hold an earlier export, whose files are replaced (krea2-export.json lists them).
 
     Example: krea2 curate export --out shards/ --side 64
     """
@@ -275,6 +286,7 @@ def export(
         f"export: {stats.rows} rows in {stats.files} files under {out} (batches of "
         f"{stats.batch_size}); buckets {stats.buckets}"
     )
+    typer.echo(f"  {stats.folder}")
     for line in stats.shortfall():
         typer.echo(f"  {line}")
 

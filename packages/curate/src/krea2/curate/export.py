@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,7 +78,10 @@ class Sample:
 class ExportStats:
     """Rows written, files, a bucket's incomplete last run dropped, samples that failed to
     decode, rows skipped for want of captions, rows per bucket, the batch size the rows were
-    packed in, and (from the warehouse) the kept rows there were to export."""
+    packed in, and (from the warehouse) the kept rows there were to export. ``dropped_keys``
+    and ``failed_keys`` name the dropped and undecodable samples; ``folder`` says in one
+    line what happened to the output folder (``ExportFolder.note``); ``caption_error``:
+    an error the captions job recorded on a row still without captions."""
 
     rows: int = 0
     files: int = 0
@@ -88,6 +91,10 @@ class ExportStats:
     buckets: dict[str, int] = field(default_factory=dict)
     batch_size: int = 0
     kept: int | None = None
+    dropped_keys: list[str] = field(default_factory=list)
+    failed_keys: list[str] = field(default_factory=list)
+    folder: str = ""
+    caption_error: str | None = None
 
     def shortfall(self) -> list[str]:
         """Why fewer rows were written than there were images, each with what to change
@@ -99,10 +106,15 @@ class ExportStats:
                 "(analyze, dedup, ocr) first"
             )
         if self.uncaptioned:
+            failed = (
+                f" (the captions stage failed on them, e.g. {self.caption_error[:300]})"
+                if self.caption_error
+                else ""
+            )
             out.append(
-                f"{self.uncaptioned} kept images have no captions and were skipped: run "
+                f"{self.uncaptioned} kept images have no captions and were skipped{failed}: run "
                 "`krea2 curate run --stages captions --captioner NAME` (sidecar: captions from "
-                "<stem>.json sidecars; shapes: ShapesWorld scenes)"
+                "<stem>.txt / <stem>.json sidecars; shapes: ShapesWorld scenes)"
             )
         if self.failed:
             out.append(f"{self.failed} images failed to decode and were skipped")
@@ -162,21 +174,21 @@ def auto_batch_size(bucket_rows: Sequence[int], most_dropped: float = 0.25) -> i
     return 1
 
 
-def pack(rows: list[dict], batch_size: int, seed: int) -> tuple[list[dict], int]:
+def pack(rows: list[dict], batch_size: int, seed: int) -> tuple[list[dict], list[dict]]:
     """Shuffle globally, group into single-bucket runs of ``batch_size``, shuffle the runs.
-    Returns (rows in write order, number of tail rows dropped)."""
+    Returns (rows in write order, the tail rows dropped)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(rows))
     by_bucket: dict[str, list[dict]] = {}
     for i in order:
         by_bucket.setdefault(rows[i]["bucket"], []).append(rows[i])
     runs: list[list[dict]] = []
-    dropped = 0
+    dropped: list[dict] = []
     for bucket in sorted(by_bucket):
         members = by_bucket[bucket]
         full = len(members) - len(members) % batch_size
         runs += [members[i : i + batch_size] for i in range(0, full, batch_size)]
-        dropped += len(members) - full
+        dropped += members[full:]
     return [r for k in rng.permutation(len(runs)) for r in runs[k]], dropped
 
 
@@ -190,8 +202,14 @@ def export_shards(
     rows_per_file: int = 4096,
     image_format: str = "png",
     stats: ExportStats | None = None,
+    side_files: Callable[[ExportStats], Mapping[str, str]] | None = None,
 ) -> ExportStats:
     """Write ``out_dir/shard-NNNNN.parquet`` files for ``samples`` (deterministic for a seed).
+
+    ``out_dir`` is new, empty or holds a previous export (``export_folder``): that export's
+    files are replaced whole, anything else there is a user error (checked first).
+    ``side_files(stats)``, once the rows are packed (``dropped_keys``, ``failed_keys``
+    known): ``{name: text}`` written beside the shards as part of the export.
 
     ``batch_size`` None: ``auto_batch_size`` of the rows per bucket. Each file holds whole
     batches (``rows_per_file`` is rounded down to a multiple of ``batch_size``) and records
@@ -201,12 +219,14 @@ def export_shards(
     counts to add to (e.g. ``uncaptioned`` from ``warehouse_samples``).
     """
     from krea2.curate.decode import DecodeError
+    from krea2.curate.export_folder import ExportFolder
     from krea2.infra.shards import write_shard
 
     if batch_size is not None and (batch_size < 1 or rows_per_file < batch_size):
         raise UserError(f"need 1 <= batch_size <= rows_per_file, got {batch_size}, {rows_per_file}")
     if image_format not in ("png", "jpeg"):
         raise UserError(f"image format {image_format!r}: use 'png' or 'jpeg'")
+    folder = ExportFolder.claim(out_dir)  # before the work: refused folders fail fast
     buckets = stage_buckets(side)
     stats = stats or ExportStats()
     rows = []
@@ -215,25 +235,34 @@ def export_shards(
             rows.append(prepare(s, buckets, image_format))
         except DecodeError:
             stats.failed += 1
+            stats.failed_keys.append(s.key)
     if batch_size is None:
         per_bucket: dict[str, int] = {}
         for r in rows:
             per_bucket[r["bucket"]] = per_bucket.get(r["bucket"], 0) + 1
         batch_size = min(auto_batch_size(list(per_bucket.values())), rows_per_file)
     stats.batch_size = batch_size
-    ordered, stats.dropped_tail = pack(rows, batch_size, seed)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ordered, dropped = pack(rows, batch_size, seed)
+    stats.dropped_tail, stats.dropped_keys = len(dropped), [r["key"] for r in dropped]
     per_file = rows_per_file - rows_per_file % batch_size
-    for n, start in enumerate(range(0, len(ordered), per_file)):
+    starts = range(0, len(ordered), per_file)
+    names = [f"shard-{n:05d}.parquet" for n in range(len(starts))]
+    extra = dict(side_files(stats)) if side_files is not None else {}
+    folder.begin([*names, *extra])
+    for name, start in zip(names, starts, strict=True):
         write_shard(
             ordered[start : start + per_file],
-            out_dir / f"shard-{n:05d}.parquet",
+            folder.path / name,
             stage=stage,
             seed=seed,
             batch_size=batch_size,
             row_group_size=batch_size * 16,
         )
         stats.files += 1
+    for name, text in extra.items():
+        folder.write(name, text)
+    folder.finish([*names, *extra])
+    stats.folder = folder.note()
     stats.rows = len(ordered)
     for r in ordered:
         stats.buckets[r["bucket"]] = stats.buckets.get(r["bucket"], 0) + 1
@@ -294,7 +323,22 @@ def export_warehouse(
     samples: Iterable[Sample] = warehouse_samples(rows, stats)
     if progress is not None:
         samples = progress(samples, len(rows))  # type: ignore[arg-type]
-    return export_shards(
+    stats = export_shards(
         samples, out_dir, stage or str(side), side, seed, batch_size, rows_per_file,
         image_format, stats,
     )  # fmt: skip
+    if stats.uncaptioned:
+        stats.caption_error = caption_error(wh)
+    return stats
+
+
+def caption_error(wh: Warehouse) -> str | None:
+    """An error the captions job recorded on a row it has not done (why rows are still
+    uncaptioned, e.g. no sidecar caption), or None."""
+    from krea2.curate.stages import TABLE
+
+    queue = wh.queue(TABLE, "captions")
+    for shard in range(len(wh.cluster)):
+        for row in queue.errors(shard, limit=1):
+            return str(row["last_error"]).split(": ", 1)[-1]  # less the "module.Type: "
+    return None

@@ -156,7 +156,9 @@ class TagHandler:
 
 class CaptionHandler:
     """Batch handler of ``images.captions``: the captioner registered as ``plugin`` writes
-    ``[{format, text}, ...]`` (``[]`` when it has nothing for an image)."""
+    ``[{format, text}, ...]``. A row it has nothing for fails with ``NoCaption`` (skipped),
+    never done with no caption: a done row is not claimed again, and its caption may only
+    be missing for now (a sidecar not written yet)."""
 
     cfg: ClassVar[CurateConfig] = CurateConfig()
     plugin: ClassVar[str] = ""
@@ -171,7 +173,7 @@ class CaptionHandler:
             self.clients = clients(self.cfg.captions)
 
     def __call__(self, rows: list[dict]) -> list[dict | Exception]:
-        from krea2.curate.plugins import captions_from
+        from krea2.curate.plugins import NoCaption, captions_from
 
         if self.plugin == "vlm":
             from krea2.curate.captioning import caption_batch
@@ -183,6 +185,8 @@ class CaptionHandler:
                 given = self.captioner(row["uri"], row.get("meta"))
                 where = f"captioner {self.plugin!r} on {row['uri']}"
                 text = captions_from(given, where)  # a plain string is one caption
+                if not text:
+                    raise NoCaption(f"{where}: no caption for this image")
             except (OSError, ValueError) as exc:  # unreadable, or captions it cannot give
                 out.append(exc)
                 continue

@@ -31,6 +31,7 @@ class Verdict:
     key: str
     analysis: ImageAnalysis
     duplicate: str = ""  # "", "exact_duplicate" or "near_duplicate"
+    dup_of: str = ""  # the key of the image a duplicate's group keeps
     ocr: OcrResult | None = None
     text: list[FilterResult] | None = None
     concept: ConceptVerdict | None = None
@@ -85,6 +86,9 @@ def curate_in_memory(
         result = dedup_analyses([verdicts[i].analysis for i in alive], cfg)
         for j, i in enumerate(alive):
             verdicts[i].duplicate = str(result.kind[j])
+        for keeper, *copies in result.groups():
+            for j in copies:
+                verdicts[alive[j]].dup_of = keys[alive[keeper]]
     if ocr is not None:
         for i, v in enumerate(verdicts):
             if v.reason is None:

@@ -23,7 +23,9 @@ class Tagger(Protocol):
 
 class Captioner(Protocol):
     """Anything that captions one image, given its URI and its ingest metadata (the row's
-    ``meta``, None if it has none): caption format → text, ``{}`` when it cannot."""
+    ``meta``, None if it has none): caption format → text. ``{}`` (or an exception saying
+    why) when it cannot: the captions job then leaves the row to do, failed with that
+    reason, rather than done with no caption."""
 
     def __call__(self, uri: str, meta: dict | None) -> dict[str, str]: ...
 
@@ -32,12 +34,20 @@ REGISTRIES: dict[str, dict[str, Any]] = {
     "tagger": {"shapes": "krea2.curate.shapes.annotate:shapes_tagger"},
     "captioner": {
         "shapes": "krea2.curate.shapes.annotate:shapes_captioner",
-        "sidecar": "krea2.curate.sources:sidecar_captioner",
+        "sidecar": "krea2.curate.sidecars:sidecar_captioner",
         # OCR → VLM → LLM rewrites through OpenAI-compatible servers (``captions.*``
         # settings); the captions job batches it, so this entry only names it.
         "vlm": "krea2.curate.captioning:caption_batch",
     },
 }
+
+
+class NoCaption(ValueError):
+    """A captioner has nothing for an image (no sidecar caption, no scene). The row is
+    skipped: it stays to do (a failure with this reason, not a done row with no caption)
+    but is no work left for the stage (``warehouse.stage_progress``) until its inputs
+    change; a re-ingest that changes its sidecars queues it again."""
+
 
 # The caption format a plain string (alt text, a sidecar's "caption") is filed under.
 PLAIN_CAPTION_FORMAT = "medium"
@@ -65,7 +75,7 @@ def captions_from(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError(f"{where}: captions must be {forms}, not {type(value).__name__}")
     for fmt, text in value.items():
-        if fmt not in CAPTION_FORMATS or not isinstance(text, str):
+        if fmt not in CAPTION_FORMATS or not isinstance(text, str) or not text.strip():
             raise ValueError(
                 f"{where}: caption {fmt!r}: {text!r} is not valid; captions must be {forms}"
             )

@@ -1,83 +1,90 @@
 """Ingest sources: a directory tree, a URI list or a Parquet file → rows of the images table.
 
-Per-image metadata travels with a directory's images the webdataset / img2dataset way: a
-sidecar ``<stem>.json`` next to ``<stem>.<ext>`` (a JSON object: alt text, source URL, a
-ShapesWorld scene spec, ...) becomes the row's ``meta``; sidecars are never ingested as
-images.
+Per-image metadata and captions travel with a directory's images as sidecar files
+(``<stem>.json``, ``<stem>.txt``; ``krea2.curate.sidecars``): they become the row's
+``meta`` and are never ingested as images. Every other file a directory listing leaves out
+is recorded with why (``Skipped``): an image format curate does not decode (SVG, HEIC, ...)
+or not an image at all.
 """
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from krea2.curate.sidecars import SIDECAR_SUFFIXES, read_sidecars
 from krea2.curate.storage import file_uri, parquet_uri
 from krea2.infra.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff")
+# Image formats met in real folders that the decoder does not read (vector art, phone and
+# camera formats, layered files): named as such, so a user converts them rather than
+# wondering where they went.
+UNDECODED_IMAGE_SUFFIXES = (
+    ".svg", ".svgz", ".heic", ".heif", ".avif", ".jxl", ".psd", ".eps", ".ico", ".raw",
+    ".cr2", ".nef", ".arw", ".dng",
+)  # fmt: skip
 URI_COLUMNS = ("uri", "url", "path")
 BYTES_COLUMNS = ("image", "bytes", "jpg", "png")
 
-
-SIDECAR_SUFFIX = ".json"
-
-
-def sidecar_path(image: Path) -> Path:
-    """Where the metadata of ``image`` lives: ``<stem>.json`` beside it."""
-    return image.with_suffix(SIDECAR_SUFFIX)
+UNSUPPORTED = "unsupported image format: convert to PNG or JPEG"
+NOT_AN_IMAGE = "not an image"
+NO_IMAGE = "sidecar of a file not ingested"
 
 
-def read_sidecar(image: Path) -> dict | None:
-    """The JSON object in ``image``'s sidecar, None if there is none; a sidecar that is not
-    a JSON object, or whose captions (``sidecar_captions``) are malformed, is a user error
-    naming the file."""
-    path = sidecar_path(image)
-    if not path.is_file():
-        return None
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"sidecar {path} is not valid JSON ({e}); fix or remove it") from None
-    if not isinstance(meta, dict):
-        raise UserError(f"sidecar {path} must hold a JSON object, not {type(meta).__name__}")
-    try:
-        sidecar_captions(meta, f"sidecar {path}")
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    return meta
+@dataclass
+class Skipped:
+    """Files a directory listing left out: (path relative to the root, reason)."""
+
+    files: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, rel: str, reason: str) -> None:
+        self.files.append((rel, reason))
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Skipped files by (suffix, reason), most first, then by suffix."""
+        c = Counter((Path(rel).suffix.lower() or "(no suffix)", why) for rel, why in self.files)
+        return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def summary(self) -> str:
+        """One line: ``skipped 9 files: 7 .svg (unsupported image format: ...), 2 .md (not
+        an image)``; empty when nothing was skipped."""
+        if not self.files:
+            return ""
+        parts = [f"{n} {suffix} ({why})" for (suffix, why), n in self.counts().items()]
+        return f"skipped {len(self.files)} files: " + ", ".join(parts)
 
 
-def sidecar_captions(meta: dict | None, where: str = "sidecar") -> dict[str, str]:
-    """The captions a sidecar carries: ``"captions"`` (``{format: text}``, a list of
-    ``{format, text}`` or a string) or ``"caption"`` (a string, filed as the
-    ``plugins.PLAIN_CAPTION_FORMAT`` caption); ``{}`` when it has none. A ``ValueError``
-    names ``where`` for anything else."""
-    from krea2.curate.plugins import captions_from
-
-    meta = meta or {}
-    return captions_from(meta.get("captions", meta.get("caption")), where)
-
-
-def sidecar_captioner(uri: str, meta: dict | None) -> dict[str, str]:
-    """The ``sidecar`` captioner: the captions of the image's sidecar (its row's ``meta``)."""
-    return sidecar_captions(meta, f"metadata of {uri}")
-
-
-def _from_directory(root: Path, source: str, all_files: bool) -> Iterator[dict]:
+def _from_directory(
+    root: Path, source: str, all_files: bool, skipped: Skipped | None
+) -> Iterator[dict]:
     paths = [p for p in sorted(root.rglob("*")) if p.is_file()]
-    stems = {p.with_suffix("") for p in paths if p.suffix != SIDECAR_SUFFIX}
+
+    def taken(p: Path) -> bool:  # ingested as an image (every file but sidecars: all_files)
+        image = p.suffix.lower() in IMAGE_SUFFIXES
+        return image or (all_files and p.suffix not in SIDECAR_SUFFIXES)
+
+    stems = {p.with_suffix("") for p in paths if taken(p)}
+    others = {p.with_suffix("") for p in paths if p.suffix not in SIDECAR_SUFFIXES} - stems
     for path in paths:
-        if path.suffix.lower() not in IMAGE_SUFFIXES:
-            sidecar = path.suffix == SIDECAR_SUFFIX and path.with_suffix("") in stems
-            if not all_files or sidecar:
-                continue
         rel = path.relative_to(root).as_posix()
+        if path.suffix in SIDECAR_SUFFIXES and path.with_suffix("") in stems:
+            continue  # read with its image
+        if not taken(path) and not all_files:
+            if skipped is not None:
+                suffix = path.suffix.lower()
+                why = UNSUPPORTED if suffix in UNDECODED_IMAGE_SUFFIXES else NOT_AN_IMAGE
+                if path.suffix in SIDECAR_SUFFIXES and path.with_suffix("") in others:
+                    why = NO_IMAGE  # e.g. logo.txt beside logo.svg
+                skipped.add(rel, why)
+            continue
         yield {
             "image_key": f"{source}/{rel}",
             "uri": file_uri(path),
             "source": source,
-            "meta": read_sidecar(path) if path.suffix != SIDECAR_SUFFIX else None,
+            "meta": read_sidecars(path) if taken(path) else None,
         }
 
 
@@ -144,18 +151,21 @@ def _from_parquet(path: Path, source: str) -> Iterator[dict]:
             n += 1
 
 
-def list_source(path: Path, source: str | None = None, all_files: bool = False) -> Iterator[dict]:
+def list_source(
+    path: Path, source: str | None = None, all_files: bool = False, skipped: Skipped | None = None
+) -> Iterator[dict]:
     """Rows ``{image_key, uri, source, meta}`` for every image of ``path``: a directory (walked in
-    sorted order, image suffixes only unless ``all_files``), a ``.parquet`` file with a
+    sorted order, image suffixes only unless ``all_files``; the other files are added to
+    ``skipped``), a ``.parquet`` file with a
     uri/url/path column or an image bytes column (``parquet://`` URIs into the file, e.g. a
     Hugging Face image dataset), or a text file of URIs (one per line). ``meta``: a
-    directory image's sidecar (see the module docstring), else None. Keys are ``source/<relative
+    directory image's sidecars (see the module docstring), else None. Keys are ``source/<relative
     path>`` (directory) or ``source/<row number>``, so re-ingesting is idempotent."""
     if not path.exists():
         raise UserError(f"ingest source {path} does not exist")
     source = source or path.stem
     if path.is_dir():
-        return _from_directory(path, source, all_files)
+        return _from_directory(path, source, all_files, skipped)
     if path.suffix == ".parquet":
         return _from_parquet(path, source)
     return _from_uri_list(path, source)

@@ -93,7 +93,8 @@ class Stage:
     claim condition; the rows a pass reads). ``reject``: how its verdict becomes a row's
     reject reason. ``run``: ``module:name`` of a job's handler class or a pass's function
     ``(warehouse, config) -> dict``. ``plugin``: the registry its work is looked up in by
-    name (``tagger``, ``captioner``), if any.
+    name (``tagger``, ``captioner``), if any. ``skips``: the error type with which a job
+    fails rows it has nothing to do for until their inputs change (not counted as work left).
     """
 
     name: str
@@ -105,6 +106,7 @@ class Stage:
     inputs: tuple[str, ...] = ("uri",)
     lease_s: float = 60.0
     plugin: str | None = None
+    skips: str | None = None
 
     def claim_sql(self) -> str | None:
         """``when`` as the SQL of a krablet claim predicate (None when it is empty)."""
@@ -218,11 +220,12 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "captions",
         StageKind.JOB,
-        {"captions": "jsonb"},  # [{format, text}, ...]; [] = the captioner had nothing
+        {"captions": "jsonb"},  # [{format, text}, ...]; never empty (plugins.NoCaption)
         run="krea2.curate.handlers:CaptionHandler",
         when=(("text_reject", "=", ""),),
         inputs=("uri", "meta", "ocr_text"),
         plugin="captioner",
+        skips="NoCaption",
     ),
     Stage(
         "caption_check",

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.handlers import configured
 from krea2.curate.plugins import check_embedder, check_heads, check_plugin, load_object
+from krea2.curate.sources import Skipped
 from krea2.curate.stages import (
     COLUMNS,
     KEY,
     STAGE_NAMES,
+    STAGES,
     STAGES_BY_NAME,
     TABLE,
     Stage,
@@ -31,7 +34,7 @@ from krea2.curate.stages import (
     reject_columns,
     stages_named,
 )
-from krea2.krablet import Warehouse, Worker
+from krea2.krablet import Funnel, Warehouse, Worker
 
 # Columns a plain read leaves out: raw hash bytes, only the dedup pass reads them.
 HASH_COLUMNS = ("phash8", "phash12", "colorhash", "huehist")
@@ -49,31 +52,121 @@ def open_warehouse(cluster: str | None) -> Warehouse:
     return Warehouse.open(default_cluster_source(cluster), tables=tables)
 
 
-def ingest_rows(wh: Warehouse, rows: Iterable[dict], batch: int = 5000) -> int:
+@dataclass
+class IngestResult:
+    """What an ingest did: rows listed, rows already present whose ``meta`` (sidecars)
+    changed, the stages queued again for them (``stages_reading("meta")``), and the files a
+    directory listing skipped."""
+
+    rows: int = 0
+    meta_changed: int = 0
+    requeued: list[str] = field(default_factory=list)
+    skipped: Skipped = field(default_factory=Skipped)
+
+    def lines(self, source: object, verbose: bool = False) -> list[str]:
+        """What to tell the user, the first line always, each other one when it applies
+        (``verbose``: every skipped file too)."""
+        out = [f"ingested {self.rows} images from {source} (`krea2 curate run` processes them)"]
+        if self.meta_changed:
+            stages, names = ", ".join(self.requeued), ",".join(self.requeued)
+            out.append(
+                f"{self.meta_changed} already ingested images have changed sidecars: their "
+                f"{stages} are queued again (`krea2 curate run --stages {names} ...`)"
+            )
+        if self.skipped.files and not verbose:
+            out.append(self.skipped.summary() + " (--verbose names them)")
+        elif self.skipped.files:
+            out.append(self.skipped.summary() + ":")
+            out += [f"  skipped {rel}: {why}" for rel, why in self.skipped.files]
+        return out
+
+
+def ingest_rows(wh: Warehouse, rows: Iterable[dict], batch: int = 5000) -> IngestResult:
     """Upsert listed rows (key, uri, source, meta) with an ingest sequence number;
-    idempotent for keys already present (their stage results are untouched)."""
+    idempotent for keys already present: their stage results are untouched, except that a
+    row whose ``meta`` changed (a sidecar added, edited or removed) is queued again for the
+    stages that read it (``requeue``)."""
     base = time.time_ns() // 1000
-    n = 0
+    result = IngestResult()
+    reader = wh.reader()
+    changed: list[str] = []
+
+    def write(f: Funnel, chunk: list[dict]) -> None:
+        with_meta = [r for r in chunk if "meta" in r]
+        if with_meta:  # read before writing: what changed is what the rows held before
+            before = reader.get(TABLE, [r[KEY] for r in with_meta], ["meta"])
+            changed.extend(
+                k for r in with_meta if (k := r[KEY]) in before and before[k]["meta"] != r["meta"]
+            )
+        f.upsert(TABLE, chunk)
+
     with wh.funnel() as f:
         chunk: list[dict] = []
         for row in rows:
-            chunk.append(row | {"seq": base + n})
-            n += 1
+            chunk.append(row | {"seq": base + result.rows})
+            result.rows += 1
             if len(chunk) >= batch:
-                f.upsert(TABLE, chunk)
+                write(f, chunk)
                 chunk = []
         if chunk:
-            f.upsert(TABLE, chunk)
+            write(f, chunk)
         f.flush()
-    return n
+    result.meta_changed = len(changed)
+    if changed:
+        for stage in stages_reading("meta"):
+            requeue(wh, stage, changed)
+            result.requeued.append(stage.name)
+    return result
 
 
-def ingest(wh: Warehouse, source: Path, name: str | None = None, all_files: bool = False) -> int:
+def stages_reading(column: str) -> list[Stage]:
+    """The job stages handed ``column`` (``inputs``): a change to it makes their results stale."""
+    return [s for s in STAGES if s.kind is StageKind.JOB and column in s.inputs]
+
+
+def dependent_stages(stage: Stage) -> list[Stage]:
+    """``stage`` and the stages whose ``when`` reads its results, transitively (DAG order):
+    what clearing ``stage``'s results leaves stale."""
+    out, cleared = [stage], set(stage.columns)
+    for s in STAGES:
+        if s not in out and any(c in cleared for c, _, _ in s.when):
+            out.append(s)
+            cleared |= set(s.columns)
+    return out
+
+
+def requeue(wh: Warehouse, stage: Stage, keys: Sequence[str]) -> None:
+    """Make job ``stage`` claimable again at once for ``keys``: its results and those of the
+    stages that read them (``dependent_stages``) are cleared, their attempts and errors
+    reset and any lease on them voided (``Warehouse.reset_job``), so a worker still holding
+    one cannot write a result computed from the old inputs. Stages that are passes over the
+    warehouse, not queue jobs (caption checks, coverage), get their columns cleared."""
+    jobs = {j.name for j in wh.table(TABLE).jobs}
+    passes = [s for s in dependent_stages(stage) if s.name not in jobs]
+    if passes:
+        cleared = {c: None for s in passes for c in s.columns}
+        with wh.funnel() as f:
+            f.patch(TABLE, [{KEY: k, **cleared} for k in keys])
+            f.flush()
+    for s in dependent_stages(stage):
+        if s.name in jobs:
+            wh.reset_job(TABLE, s.name, keys)
+
+
+def ingest(
+    wh: Warehouse,
+    source: Path,
+    name: str | None = None,
+    all_files: bool = False,
+) -> IngestResult:
     """List ``source`` (a directory, a ``.parquet`` or a URI list; ``krea2.curate.sources.
-    list_source``) into the ``images`` table; returns the number of rows."""
+    list_source``) into the ``images`` table; returns what was listed, changed and skipped."""
     from krea2.curate.sources import list_source
 
-    return ingest_rows(wh, list_source(source, name, all_files))
+    skipped = Skipped()
+    result = ingest_rows(wh, list_source(source, name, all_files, skipped))
+    result.skipped = skipped
+    return result
 
 
 def scan_table(
@@ -133,15 +226,41 @@ def run_worker(
 
 def stage_progress(wh: Warehouse, names: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
     """``{stage: (done, total)}`` for the stages called ``names`` (default: all), read from
-    the warehouse: ``total`` rows match the stage's ``when``, ``done`` of them carry its first
-    result column. A stage is complete when ``done == total``; an interrupted or crashed run
-    leaves ``done < total`` until a rerun finishes it."""
+    the warehouse: ``total`` rows match the stage's ``when``, less those it skipped
+    (``skipped_rows``: nothing to do until their inputs change), and ``done`` of them carry
+    its first result column. A stage is complete when ``done == total``; an interrupted or
+    crashed run leaves ``done < total`` until a rerun finishes it."""
     reader = wh.reader()
     out: dict[str, tuple[int, int]] = {}
     for s in stages_named(names if names is not None else STAGE_NAMES):
-        todo, done = s.progress_filters()
-        out[s.name] = (reader.count(TABLE, done), reader.count(TABLE, todo))
+        todo, done_filters = s.progress_filters()
+        done, total = reader.count(TABLE, done_filters), reader.count(TABLE, todo)
+        out[s.name] = (done, total - skipped_rows(wh, s, total - done))
     return out
+
+
+def skipped_rows(wh: Warehouse, stage: Stage, undone: int | None = None) -> int:
+    """How many rows job ``stage`` skipped: failed with its ``skips`` error
+    (``plugins.NoCaption``), and not queued again since (a reset zeroes attempts).
+    ``undone``: the rows of its ``when`` it has not done, if known (counted otherwise)."""
+    if stage.skips is None:
+        return 0
+    if undone is None:
+        todo, done = stage.progress_filters()
+        undone = wh.reader().count(TABLE, todo) - wh.reader().count(TABLE, done)
+    if undone <= 0:
+        return 0
+    queue = wh.queue(TABLE, stage.name)
+
+    def skipped(error: str) -> bool:  # the worker records "module.Type: message"
+        return error.split(": ", 1)[0].rsplit(".", 1)[-1] == stage.skips
+
+    return sum(
+        1
+        for shard in range(len(wh.cluster))
+        for row in queue.errors(shard, limit=undone)
+        if row["attempts"] > 0 and skipped(str(row["last_error"]))
+    )
 
 
 def is_complete(wh: Warehouse, names: Sequence[str]) -> bool:

@@ -20,7 +20,7 @@ from krea2.curate.shapes.copies import COPY_EDITS, copy_edit
 from krea2.curate.shapes.render import _font, render
 from krea2.curate.shapes.sample import sample_scene
 from krea2.curate.shapes.spec import COLORS, WORDS, Scene, ShapeObject
-from krea2.curate.sources import sidecar_path
+from krea2.curate.sidecars import sidecar_path
 
 DEFECT_CLASSES: tuple[str, ...] = (
     "broken",
