@@ -114,6 +114,12 @@ def wait() -> None:
     time.sleep(5)
     print("not interrupted")
 
+@app.command()
+def term() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # as wait(): delivered before the print, no race
+    time.sleep(5)
+    print("not terminated")
+
 sys.exit(run_cli(app, sys.argv[1:]))
 """
 
@@ -146,6 +152,14 @@ def test_ctrl_c_exits_130_and_says_interrupted():
     assert result.returncode == 130, (result.stdout, result.stderr)
     assert "not interrupted" not in result.stdout
     assert result.stderr.strip().splitlines()[-1] == "interrupted"
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does_and_exits_143():
+    result = run_toy("term")
+    assert result.returncode == 143, (result.stdout, result.stderr)
+    assert "not terminated" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "terminated"
     assert "Traceback" not in result.stderr
 
 

@@ -121,3 +121,31 @@ def test_resume_past_a_corrupt_newest_checkpoint_says_so_and_keeps_it(interrupte
     assert "truncated" in (kept / "CORRUPT_REASON.txt").read_text()
     # The resumed run saved that step again beside the kept one.
     assert all(e.complete for e in scan_checkpoints(ckpts))
+
+
+@pytest.mark.parametrize("entry", ["krea2 train", "python -m krea2.trainer"])
+def test_sigterm_stops_it_as_ctrl_c_does_and_exits_143(tmp_path, shards, entry):
+    # what Kubernetes, Slurm and torchrun send: the checkpoint in flight is finished, the
+    # log says where --resume continues, no traceback, and the status says SIGTERM
+    from trainer_test_helpers import job_toml, single
+
+    (tmp_path / "job.toml").write_text(job_toml(tmp_path / "run", shards, steps=STEPS))
+    notice = tmp_path / "paused"
+    pause = pause_env("train pretrain", HELD_AT, notice)
+    if entry == "krea2 train":
+        proc = krea2_train(tmp_path / "job.toml", pause=pause)
+    else:
+        proc = single(tmp_path / "job.toml", env={"KREA2_PROGRESS": "plain", **pause})
+    try:
+        wait_for_pause(notice, proc, timeout_s=300)
+        proc.send_signal(signal.SIGTERM)
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # only after a failure above
+    assert proc.returncode == 143, out
+    assert out.strip().splitlines()[-1].endswith("terminated") and "Traceback" not in out, out
+    entries = scan_checkpoints(tmp_path / "run" / "checkpoints" / "pretrain")
+    assert entries and all(e.complete for e in entries) and entries[-1].step == HELD_AT - 2
+    assert f"krea2 train --resume continues it from step {HELD_AT - 1}" in out
+    assert not (tmp_path / "run" / "checkpoints" / "pretrain.done").exists()

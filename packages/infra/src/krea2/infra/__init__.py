@@ -26,6 +26,7 @@ _SUBMODULES = (
     "pause",
     "secrets",
     "quiet",
+    "termination",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
     "extras",

@@ -31,6 +31,7 @@ from typer.core import TyperGroup
 
 from krea2.infra.errors import UserError
 from krea2.infra.quiet import drop_import_notices
+from krea2.infra.termination import TERMINATED_EXIT_CODE, sigterm_as_interrupt, terminated
 
 ENTRY_POINT_GROUP = "krea2.cli"
 
@@ -295,6 +296,10 @@ INTERRUPTED_EXIT_CODE = 130
 
 
 def _interrupted() -> int:
+    """The one line and exit status of a stopped command: Ctrl-C 130, SIGTERM 143."""
+    if terminated():
+        typer.secho("terminated", err=True, fg="yellow")
+        return TERMINATED_EXIT_CODE
     typer.secho("interrupted", err=True, fg="yellow")
     return INTERRUPTED_EXIT_CODE
 
@@ -313,7 +318,8 @@ def run_cli(command: Callable[..., Any] | click.Command, args: list[str] | None 
     )
     reflow_tree(click_command)
     try:
-        result = click_command.main(args=args, prog_name="krea2", standalone_mode=False)
+        with sigterm_as_interrupt():  # a scheduler's SIGTERM stops it as Ctrl-C does
+            result = click_command.main(args=args, prog_name="krea2", standalone_mode=False)
     except UserError as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         return exc.exit_code

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from krea2.infra.errors import UserError
+from krea2.infra.termination import TERMINATED_EXIT_CODE, sigterm_as_interrupt, terminated
 
 
 def main() -> int:
@@ -20,10 +21,14 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     try:
-        run_job(args.config, args.overrides, args.resume, args.dry_run)
+        with sigterm_as_interrupt():  # what torchrun and schedulers send: stop as Ctrl-C does
+            run_job(args.config, args.overrides, args.resume, args.dry_run)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print("terminated" if terminated() else "interrupted", file=sys.stderr)
+        return TERMINATED_EXIT_CODE if terminated() else 130
     return 0
 
 
