@@ -5,6 +5,7 @@ bit for bit (in process here; 2 gloo ranks killed with SIGKILL in the slow test)
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from trainer_test_helpers import held_env, kill_when_held, lora_job_toml, newest
 
 from krea2.dit.testing import write_tiny_model_folder
 from krea2.dit.weights import read_checkpoint, save_weights
+from krea2.infra.errors import UserError
 from krea2.trainer.cli import run_job
 from krea2.trainer.config import load_job
 from krea2.trainer.inference import load_stage_module
@@ -280,6 +282,39 @@ def test_export_lora_writes_what_the_stage_end_wrote(trained, tmp_path):
     want = load_file(run / "adapters" / "lora" / "comfyui.safetensors")
     got = load_file(out)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "out", "message"),
+    [
+        ("diffusers", "my_lora.safetensors", "writes a folder, but --out .* names a file"),
+        ("comfyui", "comfy_out", "writes one .safetensors file, but --out .* is not one"),
+        ("comfyui", "existing_dir", "e.g. --out .*existing_dir/lora.safetensors"),
+        ("krea-merged", "taken.safetensors", "exists; pass --force"),
+        ("diffusers", "full_dir", "exists; pass --force"),
+    ],
+)
+def test_export_lora_refuses_the_wrong_kind_of_out_and_never_overwrites(
+    trained, tmp_path, fmt, out, message
+):
+    from typer.testing import CliRunner
+
+    from krea2.trainer.cli import app
+
+    _, run = trained
+    (tmp_path / "existing_dir").mkdir()
+    (tmp_path / "taken.safetensors").write_bytes(b"mine")
+    (tmp_path / "full_dir").mkdir()
+    (tmp_path / "full_dir" / "notes.txt").write_text("mine")
+    args = ["export-lora", str(run), "--format", fmt, "--out", str(tmp_path / out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and isinstance(result.exception, UserError)
+    assert re.search(message, str(result.exception)), result.exception
+    assert (tmp_path / "taken.safetensors").read_bytes() == b"mine"  # nothing replaced
+    assert (tmp_path / "full_dir" / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "my_lora.safetensors").exists()
+    forced = CliRunner().invoke(app, [*args, "--force"])
+    assert (forced.exit_code == 0) == (out in ("taken.safetensors", "full_dir")), forced.output
 
 
 def test_validation_grids_reach_the_run_dir_and_tensorboard(trained):

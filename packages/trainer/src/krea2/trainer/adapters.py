@@ -145,6 +145,33 @@ def export_adapter(
     return save_weights(merged, out, format=kind, config=cfg, conditioning=record)
 
 
+FOLDER_FORMATS = (AdapterFormat.DIFFUSERS, AdapterFormat.DIFFUSERS_MERGED)
+
+
+def check_export_target(out: Path, fmt: AdapterFormat | str, force: bool = False) -> None:
+    """UserError (one line, naming the fix) unless ``out`` is the kind of path ``fmt``
+    writes: a folder for the diffusers layouts, a ``.safetensors`` file for the others;
+    and unless it is new, or ``force`` allows replacing it."""
+    fmt = AdapterFormat(fmt)
+    if fmt in FOLDER_FORMATS:
+        if out.suffix == ".safetensors" or out.is_file():
+            raise UserError(
+                f"--format {fmt} writes a folder, but --out {out} names a file; give a folder, "
+                f"e.g. --out {out.with_suffix('')}/"
+            )
+        taken = out.is_dir() and any(out.iterdir())
+    else:
+        if out.suffix != ".safetensors" or out.is_dir():
+            example = out / "lora.safetensors" if out.is_dir() else out.with_suffix(".safetensors")
+            raise UserError(
+                f"--format {fmt} writes one .safetensors file, but --out {out} is not one; "
+                f"give a file name, e.g. --out {example}"
+            )
+        taken = out.exists()
+    if taken and not force:
+        raise UserError(f"{out} exists; pass --force to replace it, or choose another --out")
+
+
 def export_run_adapter(
     run_dir: Path,
     out: Path,

@@ -210,6 +210,7 @@ def export_lora(
     base: Path = typer.Option(
         None, "--base", help="merged formats: the base weights (default: the stage's init_from)"
     ),
+    force: bool = typer.Option(False, "--force", help="replace an existing --out"),
 ) -> None:
     """Write a LoRA stage's adapter for diffusers (Krea2Pipeline.load_lora_weights), ComfyUI,
     or merged into its base as released-key or diffusers weights.
@@ -217,11 +218,12 @@ def export_lora(
     Example: krea2 train export-lora runs/lora --format diffusers --out lora/
     """
     from krea2.infra.errors import UserError
-    from krea2.trainer.adapters import AdapterFormat, export_run_adapter
+    from krea2.trainer.adapters import AdapterFormat, check_export_target, export_run_adapter
 
     choices = [f.value for f in AdapterFormat]
     if fmt not in choices:
         raise UserError(f"--format {fmt!r} is not one of {choices}")
+    check_export_target(out, fmt, force)
     if step != "latest" and not step.isdigit():
         raise UserError(f"--step {step!r} must be a checkpoint step number or 'latest'")
     at = None if step == "latest" else int(step)
