@@ -7,6 +7,22 @@ import os
 import time
 from pathlib import Path
 
+HANDLERS = str(Path(__file__))
+
+
+def nums_table():  # imported lazily: workers load this file by path, before any krablet import
+    """The ``nums`` table the worker tests share: key ``n``, job ``square`` -> ``result``."""
+    from krea2.krablet import Job, Table
+
+    return Table(
+        "nums",
+        key="n",
+        key_type="bigint",
+        columns={"result": "bigint"},
+        jobs=[Job("square", result="result", handler=f"{HANDLERS}:square")],
+    )
+
+
 _calls = itertools.count(1)  # this process's handler calls (next() is atomic under the GIL)
 
 

@@ -12,14 +12,10 @@ import pytest
 
 from krea2.krablet import Cluster, Job, Table, Warehouse
 
-HANDLERS = str(Path(__file__).with_name("handlers.py"))
-NUMS = Table(
-    "nums",
-    key="n",
-    key_type="bigint",
-    columns={"result": "bigint"},
-    jobs=[Job("square", result="result", handler=f"{HANDLERS}:square")],
-)
+sys.path.insert(0, str(Path(__file__).parent))
+from handlers import nums_table
+
+NUMS = nums_table()
 CLI = [sys.executable, "-c", "from krea2.infra.host import main; main()", "krablet"]
 
 

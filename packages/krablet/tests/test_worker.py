@@ -21,15 +21,11 @@ from krea2.krablet import Job, Table, Warehouse
 from krea2.krablet.embedded import start_shard, stop_shard
 from krea2.krablet.worker import Worker
 
-HANDLERS = str(Path(__file__).with_name("handlers.py"))
+sys.path.insert(0, str(Path(__file__).parent))
+from handlers import HANDLERS, nums_table
+
 PAUSE = "krablet nums.square"  # the worker's pause point (krea2.krablet.worker)
-NUMS = Table(
-    "nums",
-    key="n",
-    key_type="bigint",
-    columns={"result": "bigint"},
-    jobs=[Job("square", result="result", handler=f"{HANDLERS}:square")],
-)
+NUMS = nums_table()
 
 
 def seed(wh: Warehouse, n: int, start: int = 0) -> None:

@@ -53,16 +53,21 @@ def interrupted(tmp_path_factory, shards) -> Path:
     (root / "job.toml").write_text(job_toml(root / "run", shards, steps=STEPS))
     notice = root / "paused"
     proc = krea2_train(root / "job.toml", pause=pause_env("train pretrain", HELD_AT, notice))
-    try:
-        wait_for_pause(notice, proc, timeout_s=300)
-        proc.send_signal(signal.SIGINT)
-        out = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()  # only after a failure above: the test has no use for the run
+    out = signal_when_held(proc, notice, signal.SIGINT)
     (root / "output.txt").write_text(out)
     (root / "rc.txt").write_text(str(proc.returncode))
     return root
+
+
+def signal_when_held(proc: subprocess.Popen, notice: Path, sig: signal.Signals) -> str:
+    """Send ``sig`` once ``proc`` announces its pause in ``notice``; its whole output."""
+    try:
+        wait_for_pause(notice, proc, timeout_s=300)
+        proc.send_signal(sig)
+        return finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # only after a failure above: the test has no use for the run
 
 
 def copy_run(interrupted: Path, tmp_path: Path) -> Path:
@@ -136,13 +141,7 @@ def test_sigterm_stops_it_as_ctrl_c_does_and_exits_143(tmp_path, shards, entry):
         proc = krea2_train(tmp_path / "job.toml", pause=pause)
     else:
         proc = single(tmp_path / "job.toml", env={"KREA2_PROGRESS": "plain", **pause})
-    try:
-        wait_for_pause(notice, proc, timeout_s=300)
-        proc.send_signal(signal.SIGTERM)
-        out = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()  # only after a failure above
+    out = signal_when_held(proc, notice, signal.SIGTERM)
     assert proc.returncode == 143, out
     assert out.strip().splitlines()[-1].endswith("terminated") and "Traceback" not in out, out
     entries = scan_checkpoints(tmp_path / "run" / "checkpoints" / "pretrain")

@@ -27,6 +27,7 @@ _SUBMODULES = (
     "secrets",
     "quiet",
     "termination",
+    "serving",
     "rng",
     "shards",  # the schema needs the shards extra (pyarrow)
     "extras",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hmac
-import ipaddress
 import json
 import socket
 import threading
@@ -21,6 +20,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from krea2.infra.errors import UserError
+from krea2.infra.serving import BodyTooLarge, read_body
+from krea2.infra.serving import check_bind as check_server_bind
 from krea2.krablet.connections import ShardsUnreachable
 from krea2.krablet.funnel import Funnel, FunnelError
 from krea2.krablet.reader import Reader
@@ -54,41 +55,12 @@ def decode_row(row: Any) -> dict[str, Any]:
     return {k: decode_value(v) for k, v in row.items()}
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_bind(host: str, token: str | None) -> None:
-    if not is_loopback(host) and not token:
-        raise UserError(f"binding to {host} needs an auth token: pass --token or set KRABLET_TOKEN")
+    """Refuse to expose a krablet service beyond this machine without a token."""
+    check_server_bind(host, token, "the krablet service", "KRABLET_TOKEN")
 
 
 Handler = Callable[[dict[str, Any]], Any]
-
-
-class BodyTooLarge(Exception):
-    """A request body over the service's limit (answered 413)."""
-
-
-async def read_body(request: Request, max_body: int) -> bytes:
-    """The request body, refused before it is read when its Content-Length is over
-    ``max_body``, and as soon as the bytes read pass it otherwise (a chunked body): a client
-    can never make the service buffer more than ``max_body`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.strip().isdigit() or int(declared) > max_body):
-        raise BodyTooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_body:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def json_app(
