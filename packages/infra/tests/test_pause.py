@@ -99,4 +99,10 @@ def test_every_thread_holds_while_the_pause_lasts_and_an_event_ends_it(tmp_path,
         t.join(10)
     assert len(held) == 3 and min(held) >= released
     assert notice.read_text().count("paused at slot") == 1  # announced once
-    pause.pause_point("slot", 5, until=stop)  # a label pauses once: later calls pass
+    # a label pauses once: once ended, a later caller (with its own event) passes at once
+    later = threading.Thread(
+        target=pause.pause_point, args=("slot", 5, threading.Event()), daemon=True
+    )
+    later.start()
+    later.join(30)  # against a hold of KREA2_PAUSE_S = 300 s
+    assert not later.is_alive()

@@ -68,6 +68,8 @@ def pause_point(label: str, done: int = 0, until: threading.Event | None = None)
         if until is None:
             time.sleep(min(left, 0.5))  # a signal's handler runs between these sleeps
         elif until.wait(min(left, 0.05)):
+            with _lock:
+                _deadlines[label] = 0.0  # ended for every holder and every later caller
             return
 
 
