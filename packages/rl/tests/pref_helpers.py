@@ -15,8 +15,8 @@ from PIL import Image
 from krea2.rl.preference import Pair, export_pair_shards
 from krea2.trainer.held_run import held_env, kill_when_held, newest_save_at
 
-__all__ = ["COLORS", "held_env", "kill_when_held", "launch", "newest_save_at", "pair_job",
-           "square", "toy_pairs", "write_pairs"]  # fmt: skip
+__all__ = ["COLORS", "held_env", "kill_when_held", "launch", "launch_module", "newest_save_at",
+           "pair_job", "square", "toy_pairs", "write_pairs"]  # fmt: skip
 
 COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 90, 230)}
 
@@ -111,8 +111,16 @@ def write_pairs(root: Path, n: int = 16) -> Path:
 
 
 def launch(nproc: int, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """``nproc`` ranks of ``python -m krea2.rl.preference.train ARGS`` with torchrun's
-    environment (plus ``env``), in one new process group (one SIGKILL stops the job)."""
+    """``nproc`` ranks of ``python -m krea2.rl.preference.train ARGS`` (see
+    :func:`launch_module`)."""
+    return launch_module(nproc, "krea2.rl.preference.train", *args, env=env)
+
+
+def launch_module(
+    nproc: int, module: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """``nproc`` ranks of ``python -m MODULE ARGS`` with torchrun's environment (plus
+    ``env``), in one new process group (one SIGKILL stops the job)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -122,8 +130,8 @@ def launch(nproc: int, *args: str, env: dict[str, str] | None = None) -> subproc
         "for r in range(n):\n"
         "    env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),\n"
         f"               LOCAL_WORLD_SIZE=str(n), MASTER_ADDR='127.0.0.1', MASTER_PORT='{port}')\n"
-        "    procs.append(subprocess.Popen([sys.executable, '-m', 'krea2.rl.preference.train',"
-        " *sys.argv[2:]], env=env))\n"
+        f"    procs.append(subprocess.Popen([sys.executable, '-m', '{module}', *sys.argv[2:]],"
+        " env=env))\n"
         "codes = [p.wait() for p in procs]\n"
         "sys.exit(next((c for c in codes if c), 0))\n"
     )
@@ -133,5 +141,5 @@ def launch(nproc: int, *args: str, env: dict[str, str] | None = None) -> subproc
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
+        env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {})),
     )

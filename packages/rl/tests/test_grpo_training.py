@@ -5,8 +5,6 @@ resumes to the same numbers (rollout RNG included), and 2 gloo ranks equal 1 ran
 from __future__ import annotations
 
 import math
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 from krea2.trainer import read_metrics, write_toy_shards
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pref_helpers import held_env, kill_when_held, newest_save_at
+from pref_helpers import held_env, kill_when_held, launch_module, newest_save_at
 
 STEPS = 3
 
@@ -24,30 +22,7 @@ STEPS = 3
 def _launch(
     nproc: int, module: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen:
-    """``nproc`` ranks of ``python -m MODULE ARGS`` with torchrun's environment (plus
-    ``env``), in one new process group (one SIGKILL stops them all)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    code = (
-        "import os, subprocess, sys\n"
-        "n = int(sys.argv[1]); procs = []\n"
-        "for r in range(n):\n"
-        "    env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),\n"
-        f"               LOCAL_WORLD_SIZE=str(n), MASTER_ADDR='127.0.0.1', MASTER_PORT='{port}')\n"
-        f"    procs.append(subprocess.Popen([sys.executable, '-m', '{module}', *sys.argv[2:]],"
-        " env=env))\n"
-        "codes = [p.wait() for p in procs]\n"
-        "sys.exit(next((c for c in codes if c), 0))\n"
-    )
-    return subprocess.Popen(
-        [sys.executable, "-c", code, str(nproc), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {})),
-    )
+    return launch_module(nproc, module, *args, env=env)
 
 
 def _killed_after_two_steps(run: Path, *args: str) -> int:

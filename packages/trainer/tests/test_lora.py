@@ -17,10 +17,10 @@ from trainer_test_helpers import held_env, kill_when_held, lora_job_toml, newest
 from krea2.dit.testing import write_tiny_model_folder
 from krea2.dit.weights import read_checkpoint, save_weights
 from krea2.infra.errors import UserError
+from krea2.trainer.checkpoint_tensors import load_tensors, tensor_keys
 from krea2.trainer.cli import run_job
 from krea2.trainer.config import load_job
 from krea2.trainer.inference import load_stage_module
-from krea2.trainer.merge import _load_source, _tensor_keys
 from krea2.trainer.observe import read_metrics
 
 STEPS = 4
@@ -62,8 +62,8 @@ def _step_dir(run: Path, step: int) -> Path:
 
 
 def _model_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
-    meta = _tensor_keys(step_dir, "model.")
-    return _load_source(step_dir, sorted(meta), meta)
+    meta = tensor_keys(step_dir, "model.")
+    return load_tensors(step_dir, sorted(meta), meta)
 
 
 def _train_rows(run: Path) -> list[tuple]:
@@ -73,7 +73,7 @@ def _train_rows(run: Path) -> list[tuple]:
 
 def test_a_lora_checkpoint_holds_only_the_adapters(trained):
     _, run = trained
-    keys = sorted(_tensor_keys(_step_dir(run, STEPS - 1), "model."))
+    keys = sorted(tensor_keys(_step_dir(run, STEPS - 1), "model."))
     # 2 blocks x (wq, wk, wv, gate, wo, gate, up, down) x (A, B)
     assert len(keys) == 2 * 8 * 2
     assert all(".lora_A." in k or ".lora_B." in k for k in keys)
@@ -353,3 +353,77 @@ def test_on_one_device_a_bf16_base_keeps_fp32_adapters_that_learn(release, shard
     v.float().square().mean().backward()
     grad = module.dit.blocks[0].attn.wq.lora_B["default"].weight.grad
     assert grad is not None and grad.dtype == torch.float32 and grad.abs().max() > 0
+
+
+def _after_lora(config: Path, run: Path, lora: bool) -> object:
+    """The trained job with one more stage that starts from the LoRA stage (init_from
+    previous): full fine-tuning, or LoRA again."""
+    from dataclasses import replace
+
+    from krea2.trainer.config import LoraConfig
+
+    job = load_job(config)
+    job.run_dir = run
+    base = job.stages[0]
+    after = replace(base, name="after", init_from="previous",
+                    lora=base.lora if lora else LoraConfig())  # fmt: skip
+    return replace(job, stages=[base, after])
+
+
+def test_a_stage_after_a_lora_stage_starts_from_its_merged_result(trained):
+    from krea2.dit.testing import make_inputs
+    from krea2.trainer.build import build_module
+    from krea2.trainer.distributed import init_distributed
+    from krea2.trainer.warmstart import warm_start
+
+    config, run = trained
+    job = _after_lora(config, run, lora=False)
+    module = build_module(job, job.stages[1], init_distributed(job))
+    warm_start(job, 1, module, False)
+    adapted = load_stage_module(load_job(config), 0).dit
+    img, txt, t, pos, mask = make_inputs(adapted.cfg)
+    with torch.no_grad():
+        want, got = adapted(img, txt, t, pos, mask), module.dit.eval()(img, txt, t, pos, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_lora_stage_after_a_lora_stage_exports_onto_the_merged_base(trained, tmp_path):
+    from krea2.trainer.adapters import base_weights, export_adapter
+
+    config, run = trained
+    out = export_adapter(
+        load_job(config), 0, _step_dir(run, STEPS - 1), tmp_path / "m.safetensors", "krea-merged"
+    )
+    merged = read_checkpoint(out)[0]
+    base = base_weights(_after_lora(config, run, lora=True), 1, None)
+    assert sorted(base) == sorted(merged)
+    for key, value in merged.items():
+        torch.testing.assert_close(base[key], value, atol=1e-6, rtol=1e-6)
+
+
+def test_adopted_weights_are_a_finished_stage_that_loads_and_continues(trained, tmp_path):
+    from krea2.dit.testing import make_inputs
+    from krea2.dit.weights import from_pretrained
+    from krea2.trainer.adapters import export_adapter
+    from krea2.trainer.continuation import adopt_weights, continuation_job
+
+    config, run = trained
+    source = load_job(config)
+    merged = export_adapter(
+        source, 0, _step_dir(run, STEPS - 1), tmp_path / "m.safetensors", "krea-merged"
+    )
+    job = adopt_weights(source, 0, "sft", merged, tmp_path / "adopted")
+    assert [s.name for s in job.stages] == ["lora", "sft"]
+    assert (tmp_path / "adopted" / "checkpoints" / "sft.done").exists()
+    want_model = from_pretrained(merged, dtype=torch.float32)
+    got_model = load_stage_module(job, 1).dit
+    img, txt, t, pos, mask = make_inputs(want_model.cfg)
+    with torch.no_grad():
+        want, got = want_model(img, txt, t, pos, mask), got_model(img, txt, t, pos, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert adopt_weights(source, 0, "sft", merged, tmp_path / "adopted") == job  # idempotent
+    from dataclasses import replace
+
+    after = continuation_job(job, 1, replace(job.stages[1], name="po"), tmp_path / "po")
+    assert [s.name for s in after.stages] == ["lora", "sft", "po"]
+    assert after.stages[-1].init_from == "previous"

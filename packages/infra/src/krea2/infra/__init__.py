@@ -46,6 +46,7 @@ _SUBMODULES = (
 _NAME_TO_MODULE = {
     "UserError": "errors",
     "ConfigError": "config",
+    "build_config": "config",
     "config_to_dict": "config",
     "config_to_toml": "config",
     "load_config": "config",

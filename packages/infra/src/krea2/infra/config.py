@@ -1,10 +1,9 @@
 """Typed configs: dataclasses loaded from TOML, overridden from the command line, saved per run.
 
-A config is a tree of (frozen or plain) dataclasses. Leaves may be ``bool``, ``int``,
-``float``, ``str``, ``pathlib.Path``, an ``enum.Enum`` (given by value or name),
-``X | None``, ``list[X]``, ``tuple[X, ...]`` or ``dict[str, X]``. Every mistake — an
-unknown key, a wrong type, a malformed override — raises :class:`ConfigError` with one
-message naming the key, the file and the closest valid key.
+A config is a tree of dataclasses. Leaves may be ``bool``, ``int``, ``float``, ``str``,
+``Path``, an ``Enum`` (by value or name), ``X | None``, ``list[X]``, ``tuple[X, ...]`` or
+``dict[str, X]``. Every mistake raises :class:`ConfigError`, one message naming the key,
+the file and the closest valid key.
 
 A ``dict[str, <dataclass>]`` field holds named sections (``stages.256``): a file's
 ``[stages.256]`` table or ``--set stages.256.max_aspect=2.5`` changes only the fields it
@@ -95,7 +94,7 @@ def _coerce(value: Any, tp: Any, key: str, where: str | None) -> Any:
     if _is_dataclass_type(tp):
         if not isinstance(value, Mapping):
             raise fail(f"a table of {tp.__name__} fields")
-        return _build(tp, value, key, where)
+        return build_config(tp, value, key, where)
     if origin in (list, tuple, Sequence) or tp in (list, tuple):
         if not isinstance(value, list | tuple):
             raise fail("a list")
@@ -151,7 +150,10 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
 
 
-def _build(cls: type[T], data: Mapping[str, Any], prefix: str, where: str | None) -> T:
+def build_config(
+    cls: type[T], data: Mapping[str, Any], prefix: str = "", where: str | None = None
+) -> T:
+    """``cls`` from plain data (a TOML table already read); errors name ``prefix.key``."""
     types_ = _field_types(cls)
     for key in data:
         if key not in types_:
@@ -326,7 +328,7 @@ def load_config(
         _apply_override(data, cls, keys, value, text)
     if overrides:
         where = f"{where} + --set overrides" if where else "--set overrides"
-    return _build(cls, data, "", where)
+    return build_config(cls, data, "", where)
 
 
 def load_section(
@@ -357,7 +359,7 @@ def load_section(
             raise ConfigError(f"override '{text}' must start with '{section}.'")
         _apply_override(data, cls, keys[1:], value, text)
     where = f"{p} + --set overrides" if overrides else str(p)
-    return _build(cls, data, section, where)
+    return build_config(cls, data, section, where)
 
 
 def _plain(value: Any) -> Any:

@@ -24,6 +24,7 @@ _HOMES: dict[str, str | None] = {
     "preference": None,
     "grpo": None,
     "serving": None,
+    "objectives": None,
     "BadJson": "serving",
     "BodyTooLarge": "serving",
     "TokenRequired": "serving",

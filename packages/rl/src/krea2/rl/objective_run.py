@@ -11,12 +11,31 @@ from typing import Any
 
 from krea2.trainer import JobConfig
 
-__all__ = ["run_with_objective", "world_size"]
+__all__ = ["named_objective", "run_with_objective", "world_size"]
 
 
 def world_size() -> int:
     """Ranks of this launch (torchrun's ``WORLD_SIZE``; 1 without torchrun)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def named_objective(job: JobConfig, name: str, settings: Any) -> JobConfig:
+    """``job`` with every stage not yet finished in its run directory naming objective
+    ``name`` and ``settings`` (its config dataclass): the saved ``config.toml`` then says
+    what trained them, and ``krea2 train --config`` on it trains the same way."""
+    from dataclasses import replace
+
+    from krea2.infra.config import config_to_dict
+
+    done = Path(job.run_dir) / "checkpoints"
+    plain = config_to_dict(settings)
+    stages = [
+        s
+        if (done / f"{s.name}.done").exists()
+        else replace(s, objective=name, settings=dict(plain), spike_guard=False)
+        for s in job.stages
+    ]
+    return replace(job, stages=stages)
 
 
 def run_with_objective(

@@ -54,6 +54,13 @@ _MODULE_OF = {
     "all_reduce_sum": "distributed",
     "shutdown": "distributed",
     "run_job": "cli",
+    # the stage list's objectives (krea2.objectives entry points) and continuing a run
+    "ObjectiveSpec": "objectives",
+    "registered_objectives": "objectives",
+    "objective_spec": "objectives",
+    "stage_settings": "objectives",
+    "continuation_job": "continuation",
+    "link_finished": "continuation",
     # using a trained job
     "load_stage_module": "inference",
     "sample_stage": "inference",
@@ -72,7 +79,7 @@ _MODULE_OF = {
     # LoRA adapters out (diffusers, ComfyUI, merged)
     "AdapterFormat": "adapters",
     "export_adapter": "adapters",
-    "read_adapter": "adapters",
+    "read_adapter": "checkpoint_tensors",
     # data, planning and test fixtures
     "ShardIndex": "data",
     "Layout": "projection",

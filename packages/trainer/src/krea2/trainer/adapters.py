@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from krea2.infra.errors import UserError
+from krea2.trainer.checkpoint_tensors import read_adapter
 from krea2.trainer.config import JobConfig, LoraConfig
 
 DIFFUSERS_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
@@ -27,18 +28,6 @@ class AdapterFormat(enum.StrEnum):
     COMFYUI = "comfyui"  # one .safetensors: diffusion_model.X.lora_A/B.weight + X.alpha
     KREA_MERGED = "krea-merged"  # the base + adapter, released keys (.safetensors)
     DIFFUSERS_MERGED = "diffusers-merged"  # the base + adapter, a diffusers transformer folder
-
-
-def read_adapter(step_dir: Path) -> dict[str, Tensor]:
-    """The adapter of a LoRA stage's checkpoint folder ``step-N``, in released names;
-    UserError when it holds none (a full fine-tuning stage)."""
-    from krea2.trainer.lora import adapter_tensors
-    from krea2.trainer.merge import _load_source, _tensor_keys
-
-    meta = {k: v for k, v in _tensor_keys(step_dir, "model.dit.").items() if ".lora_" in k}
-    if not meta:
-        raise UserError(f"{step_dir} holds no LoRA adapter (a full fine-tuning checkpoint?)")
-    return adapter_tensors(_load_source(step_dir, sorted(meta), meta), "model.dit.")
 
 
 def adapted_modules(adapter: dict[str, Tensor]) -> list[str]:
@@ -105,7 +94,14 @@ def base_weights(job: JobConfig, stage_index: int, base: Path | None) -> dict[st
     if stage.init_from not in ("previous", "none") and release_source(stage.init_from):
         return read_checkpoint(release_source(stage.init_from))[0]
     if stage.init_from == "previous" and stage_index > 0:
-        root = Path(job.run_dir) / "checkpoints" / job.stages[stage_index - 1].name
+        prev = stage_index - 1
+        if job.stages[prev].lora.enabled:  # its result: its own base plus its adapters
+            from krea2.trainer.lora import merge_into
+            from krea2.trainer.warmstart import stage_adapter
+
+            scale = job.stages[prev].lora.scale
+            return merge_into(base_weights(job, prev, None), stage_adapter(job, prev), scale)
+        root = Path(job.run_dir) / "checkpoints" / job.stages[prev].name
     else:
         root = Path(stage.init_from)
     mgr = CheckpointManager(root)

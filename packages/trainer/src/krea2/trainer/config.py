@@ -238,6 +238,14 @@ class StageConfig:
     # about the last 1 / (1 - decay) steps); the stage's result (its last checkpoint, its
     # LoRA adapters, the next stage's start) is the average. Checkpoints hold it.
     ema_decay: float = 0.0
+    # The stage's loss: a registered objective (krea2.trainer.objectives; "flow" is flow
+    # matching, krea2-rl adds dpo, stpo, grpo, nft) and its own settings table, which the
+    # objective's library builds into its config type ([stages.settings] in TOML).
+    objective: str = "flow"
+    settings: dict[str, Any] = field(default_factory=dict)
+    # Judge loss and grad-norm spikes (stability.*)? None: the objective's default (off
+    # for preference and RL losses). Non-finite steps are dropped either way.
+    spike_guard: bool | None = None
 
     def __post_init__(self) -> None:
         parse_enum_fields(self)

@@ -10,34 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from krea2.infra.checkpoint import CheckpointManager
 from krea2.infra.errors import UserError
-
-DIT_PREFIX = "model.dit."
-
-
-def _tensor_keys(step_dir: Path, prefix: str) -> dict[str, TensorStorageMetadata]:
-    meta = FileSystemReader(step_dir).read_metadata().state_dict_metadata
-    return {
-        k: v
-        for k, v in meta.items()
-        if k.startswith(prefix) and isinstance(v, TensorStorageMetadata)
-    }
-
-
-def _load_source(source: Path, keys: list[str], meta: dict) -> dict[str, torch.Tensor]:
-    if source.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(source), "pt") as f:
-            return {k: f.get_tensor(k.removeprefix(DIT_PREFIX)).float() for k in keys}
-    out = {k: torch.empty(tuple(meta[k].size), dtype=meta[k].properties.dtype) for k in keys}
-    dcp.load(out, storage_reader=FileSystemReader(source), no_dist=True)
-    return {k: v.float() for k, v in out.items()}
+from krea2.trainer.checkpoint_tensors import DIT_PREFIX, load_tensors, tensor_keys
 
 
 def average(
@@ -58,7 +34,7 @@ def average(
     for chunk in chunks:
         acc: dict[str, torch.Tensor] = {}
         for src, w in zip(sources, weights, strict=True):
-            part = _load_source(src, chunk, meta)
+            part = load_tensors(src, chunk, meta)
             for k, v in part.items():
                 acc[k] = acc[k].add_(v, alpha=w) if k in acc else v.mul_(w)
         out.update({k.removeprefix(DIT_PREFIX): v for k, v in acc.items()})
@@ -74,7 +50,7 @@ def _key_chunks(first: Path, chunk_bytes: int) -> tuple[dict, list[list[str]]]:
         with safe_open(str(first), "pt") as f:
             meta = {DIT_PREFIX + k: None for k in f.keys()}  # noqa: SIM118 - safe_open is not a dict
     else:
-        meta = _tensor_keys(first, DIT_PREFIX)
+        meta = tensor_keys(first, DIT_PREFIX)
     if not meta:
         raise UserError(f"{first} holds no DiT weights (keys under {DIT_PREFIX!r})")
     chunks, cur, size = [], [], 0
@@ -95,10 +71,10 @@ def _task_vectors(
     """(DiT state-dict key, base tensor, each source's task vector source - base), a chunk
     of keys loaded at a time (as :func:`average` streams)."""
     meta, chunks = _key_chunks(sources[0], chunk_bytes)
-    base_meta = meta if base.suffix == ".safetensors" else _tensor_keys(base, DIT_PREFIX)
+    base_meta = meta if base.suffix == ".safetensors" else tensor_keys(base, DIT_PREFIX)
     for chunk in chunks:
-        b = _load_source(base, chunk, base_meta)
-        parts = [_load_source(src, chunk, meta) for src in sources]
+        b = load_tensors(base, chunk, base_meta)
+        parts = [load_tensors(src, chunk, meta) for src in sources]
         for k in chunk:
             yield k.removeprefix(DIT_PREFIX), b[k], [p[k] - b[k] for p in parts]
 

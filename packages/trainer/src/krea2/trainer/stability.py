@@ -22,11 +22,13 @@ class SpikeDetector:
     A non-finite value is always bad. After ``warmup_steps`` clean steps, a loss above
     mean + ``loss_sigma`` * std, or a grad norm above ``grad_factor`` * mean, is a spike.
     Bad steps do not enter the statistics. The state is JSON data, saved in checkpoints
-    so a resumed run judges exactly as an uninterrupted one.
+    so a resumed run judges exactly as an uninterrupted one. With ``spikes`` False only
+    non-finite steps are bad (a preference or RL loss moves by design).
     """
 
-    def __init__(self, cfg: StabilityConfig) -> None:
+    def __init__(self, cfg: StabilityConfig, spikes: bool = True) -> None:
         self.cfg = cfg
+        self.spikes = spikes
         self.losses: deque[float] = deque(maxlen=cfg.window)
         self.grads: deque[float] = deque(maxlen=cfg.window)
         self.clean = 0
@@ -46,7 +48,7 @@ class SpikeDetector:
     def _judge(self, loss: float, grad_norm: float) -> Verdict:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             return Verdict(False, "nan")
-        if self.clean < self.cfg.warmup_steps or len(self.losses) < 2:
+        if not self.spikes or self.clean < self.cfg.warmup_steps or len(self.losses) < 2:
             return Verdict(True)
         n = len(self.losses)
         mean = sum(self.losses) / n

@@ -64,6 +64,8 @@ class StageRun:
     # a frozen copy of the weights the stage started from, when its objective asks for one
     reference: TrainModule | None = None
     ema: WeightEma | None = None  # the stage's weight average, with stage.ema_decay > 0
+    # the stage's loss in place of flow matching (stage.objective; None: forward_backward)
+    objective: Objective | None = None
 
 
 class Objective(Protocol):

@@ -31,6 +31,7 @@ from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConf
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
 from krea2.trainer.ema import WeightEma
+from krea2.trainer.objectives import build_objective, judges_spikes
 from krea2.trainer.observe import MetricsLog, open_run_tracker
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
@@ -56,7 +57,9 @@ class Trainer:
     ``resume=True`` continues from the newest checkpoint of the first unfinished stage
     (model, optimizer, step, data position, RNG and guard state); otherwise an existing
     run directory with checkpoints is refused, so nothing is overwritten by accident.
-    ``objective`` replaces every stage's flow-matching loss (see :class:`Objective`).
+    Each stage trains with the objective it names (``stage.objective``, built from its
+    ``settings`` by :mod:`krea2.trainer.objectives`); an ``objective`` given here replaces
+    every stage's instead (a caller holding in-process rewards or evaluation hooks).
     """
 
     def __init__(
@@ -251,7 +254,8 @@ class Trainer:
                 cfg.checkpoint.keep_every,
                 keep_offset=1,  # step s holds s + 1 steps: keep_every=200 keeps 199, 399, ...
             ),
-            detector=SpikeDetector(cfg.stability),
+            detector=SpikeDetector(cfg.stability, spikes=judges_spikes(stage)),
+            objective=self.objective if self.objective is not None else build_objective(stage, cfg),
         )
         if stage.lora.enabled:  # the frozen base, which checkpoints do not hold
             warm_start(cfg, i, module, env.distributed)
@@ -276,7 +280,7 @@ class Trainer:
                 stage.irepa.encoder, stage.irepa.encoder_dim, factor, cfg.seed
             ).to(env.device)
             module.set_irepa(stage.irepa.layer)
-        if self.objective is not None and self.objective.needs_reference:
+        if run.objective is not None and run.objective.needs_reference:
             run.reference = build_module(cfg, stage, env)
             warm_start(cfg, i, run.reference, env.distributed)
             run.reference.requires_grad_(False)
@@ -287,7 +291,7 @@ class Trainer:
         or None when the stage has none. A corrupt newer one is reported and set aside by
         the manager; when none loads, the run stops (the module may be half-loaded)."""
         try:
-            return load_checkpoint_state(run, self.objective)
+            return load_checkpoint_state(run, run.objective)
         except FileNotFoundError:
             return None
         except CheckpointCorruptError as exc:
@@ -306,7 +310,7 @@ class Trainer:
             "rng": capture_rng_state(),
             "data": {"stage": run.stage.name, "step": step, "batches_per_epoch": len(run.data)},
         }
-        state = checkpoint_state(run, self.objective)
+        state = checkpoint_state(run, run.objective)
         if sync or not self.cfg.checkpoint.async_save:
             run.checkpoints.save(step, state, extra)
         else:
@@ -365,15 +369,15 @@ class Trainer:
         if stability.action is not SpikeAction.ROLLBACK or run.checkpoints.latest_step() is None:
             return None
         run.state.skip.append(step)
-        extra = load_checkpoint_state(run, self.objective)
+        extra = load_checkpoint_state(run, run.objective)
         run.detector.load_state_dict(extra["stability"])
         log.warning("rolled back to step %d; batch %d will be skipped", extra["step"], step)
         return extra["step"] + 1
 
     def _forward_backward(self, run: StageRun, batch: dict, step: int) -> dict[str, Any]:
         """One batch's loss, backpropagated (see :func:`krea2.trainer.step.forward_backward`),
-        or the job's own objective's."""
-        step_fn = self.objective or forward_backward
+        or the stage's own objective's."""
+        step_fn = run.objective or forward_backward
         return step_fn(
             run,
             batch,

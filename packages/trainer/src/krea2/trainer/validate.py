@@ -55,7 +55,10 @@ def cuda_float8_capable() -> bool:
 def _check_stage(
     cfg: JobConfig, stage: StageConfig, index: int, dp: int, patch: int, ae_factor: int
 ) -> None:
+    from krea2.trainer.objectives import check_stage_objective
+
     where = f"stage {stage.name!r}"
+    check_stage_objective(stage, index, dp)
     if not stage.data:
         raise UserError(f"{where} has no data; set stages[{index}].data = ['shards/*.parquet']")
     resolve_files(stage.data, f"{where} data")

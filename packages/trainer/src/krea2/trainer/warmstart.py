@@ -45,13 +45,7 @@ def _source(cfg: JobConfig, i: int) -> tuple[Path, int] | None:
     :func:`_saved_patch`); None for the seeded init or released weights."""
     stage = cfg.stages[i]
     if stage.init_from == "previous" and i > 0:
-        prev = cfg.stages[i - 1]
-        if prev.lora.enabled and stage.lora.enabled:
-            raise UserError(
-                f"stage {stage.name!r} trains LoRA on the previous stage {prev.name!r}, which "
-                "holds only adapters; merge them first (krea2 train export-lora --format "
-                "krea-merged) and start from that file"
-            )
+        prev = cfg.stages[i - 1]  # (a LoRA one is merged by _load_start instead)
         return stage_checkpoints(cfg.run_dir, prev.name), dit_config(cfg, prev).patch
     if stage.init_from not in ("previous", "none") and release_source(stage.init_from) is None:
         return Path(stage.init_from), dit_config(cfg).patch
@@ -96,6 +90,15 @@ def warm_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -
 
 def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) -> None:
     stage = cfg.stages[i]
+    if stage.init_from == "previous" and i > 0 and cfg.stages[i - 1].lora.enabled:
+        # a LoRA stage's result is its start plus its adapters: load that start, then
+        # merge the adapters of its newest checkpoint (its EMA when it kept one)
+        _load_start(cfg, i - 1, module, distributed)
+        _merge_stage_adapters(cfg, i - 1, module)
+        log.info(
+            "stage %s starts from stage %s, adapters merged", stage.name, cfg.stages[i - 1].name
+        )
+        return
     if stage.init_from not in ("previous", "none"):
         weights = release_source(stage.init_from)
         if weights is not None:
@@ -136,3 +139,48 @@ def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) 
     wanted = {names[k]: v for k, v in wanted.items()}
     set_model_state_dict(module, wanted, options=StateDictOptions(strict=False))
     log.info("stage %s starts from %s", stage.name, source)
+
+
+def stage_adapter(cfg: JobConfig, i: int) -> dict[str, torch.Tensor]:
+    """The adapter (released names, A [rank, in] and B [out, rank]) of LoRA stage ``i``'s
+    newest checkpoint; UserError when the stage has none."""
+    from krea2.trainer.checkpoint_tensors import read_adapter
+
+    stage = cfg.stages[i]
+    mgr = CheckpointManager(stage_checkpoints(cfg.run_dir, stage.name))
+    step = mgr.latest_step()
+    if step is None:
+        raise UserError(
+            f"LoRA stage {stage.name!r} has no checkpoint under {mgr.root}; train it first"
+        )
+    return read_adapter(mgr.path_of(step))
+
+
+def _merge_stage_adapters(cfg: JobConfig, i: int, module: TrainModule) -> None:
+    """Add LoRA stage ``i``'s ``scale * B @ A`` to the weights it adapted in ``module``
+    (fp32 sums stored in each weight's dtype; sharded weights stay sharded)."""
+    from torch.distributed.tensor import DTensor
+
+    adapter = stage_adapter(cfg, i)
+    scale = cfg.stages[i].lora.scale
+    full = get_model_state_dict(module)
+    names = base_names(k for k in full if not k.startswith("irepa."))
+    merged = {}
+    for key in sorted(k for k in adapter if ".lora_A." in k):
+        adapted = key.split(".lora_A.")[0]
+        name = names.get(f"dit.{adapted}.weight")
+        if name is None:
+            raise UserError(
+                f"stage {cfg.stages[i].name!r} adapts {adapted!r}, which the model lacks"
+            )
+        weight = full[name]
+        dense = weight.full_tensor() if isinstance(weight, DTensor) else weight
+        a, b = adapter[key].float(), adapter[f"{adapted}.lora_B.weight"].float()
+        if (b.shape[0], a.shape[1]) != tuple(dense.shape):
+            raise UserError(
+                f"stage {cfg.stages[i].name!r}'s adapter {adapted!r} is {b.shape[0]}x{a.shape[1]} "
+                f"but the next stage's weight is {tuple(dense.shape)} (another patch or shape)"
+            )
+        sum_ = (dense.float().cpu() + scale * (b @ a)).to(dense.dtype)
+        merged[name] = _like(sum_, weight)
+    set_model_state_dict(module, merged, options=StateDictOptions(strict=False))

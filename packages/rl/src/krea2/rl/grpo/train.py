@@ -88,33 +88,28 @@ def rl_job(
     under ``shards`` (same resolution, patch and time shift; ``prompts_per_step`` prompts
     per step; lr constant after ``warmup_steps``, then decaying linearly to 0 over the last
     ``decay_ratio`` of the steps; the result the EMA of the weights with ``ema_decay`` > 0
-    (``StageConfig.ema_decay``); no spike guard: RL losses are not flow
+    (``StageConfig.ema_decay``); the spike guard off: RL losses are not flow
     losses; LoRA of ``lora_rank`` or full fine-tuning). Link the pretrained stage with
     :func:`krea2.rl.preference.stage_job.link_pretrained` before training."""
     if not 0 <= stage_index < len(pretrain.stages):
         raise UserError(
             f"stage_index={stage_index}: the pretraining job has {len(pretrain.stages)} stages"
         )
-    base = pretrain.stages[stage_index]
+    from krea2.trainer import continuation_job
+
     stage = replace(
-        base, name=RL_STAGE, data=[f"{shards}/*.parquet"], eval_data=[], steps=steps,
+        pretrain.stages[stage_index], name=RL_STAGE, spike_guard=False,
+        data=[f"{shards}/*.parquet"], eval_data=[], steps=steps,
         batch_size=prompts_per_step, lr=lr, caption_weights={"medium": 1.0},
         caption_dropout=0.0,
         schedule=ScheduleConfig(warmup_steps=min(warmup_steps, steps - 1),
                                 decay_ratio=decay_ratio),
-        ema_decay=ema_decay,
-        irepa=IrepaConfig(), init_from="previous", lora=LoraConfig(rank=lora_rank),
+        ema_decay=ema_decay, irepa=IrepaConfig(), lora=LoraConfig(rank=lora_rank),
     )  # fmt: skip
-    return replace(
-        pretrain,
-        run_dir=Path(run_dir),
-        stages=[*pretrain.stages[: stage_index + 1], stage],
-        checkpoint=replace(pretrain.checkpoint, every=checkpoint_every, keep_last=2),
-        stability=replace(pretrain.stability, warmup_steps=10**9),
-        observe=replace(
-            pretrain.observe, log_every=log_every, sample_prompts=[], eval_every=0, sample_every=0
-        ),
-    )
+    return continuation_job(
+        pretrain, stage_index, stage, run_dir, checkpoint_every=checkpoint_every,
+        log_every=log_every,
+    )  # fmt: skip
 
 
 def train_rl(
@@ -130,11 +125,12 @@ def train_rl(
     ``reward_<name>``, ``loss``, ``ratio_mean``, ``clip_fraction``, ``kl``,
     ``first_ratio_max_dev`` (GRPO), the times of rollout/reward/train and any ``eval_*``."""
     from krea2.rl.grpo.objective import GrpoObjective
-    from krea2.rl.objective_run import run_with_objective, world_size
+    from krea2.rl.objective_run import named_objective, run_with_objective, world_size
     from krea2.trainer import validate_job
 
     validate_job(job, world_size())
     objective = GrpoObjective(gc, rewards, evaluate, eval_every)
+    job = named_objective(job, gc.objective.value, gc)
     return run_with_objective(job, objective, resume, {"grpo.toml": gc})
 
 

@@ -15,28 +15,32 @@ from pathlib import Path
 from krea2.infra.config import load_config
 from krea2.infra.errors import UserError
 from krea2.rl.preference.loss import PreferenceConfig
-from krea2.trainer import JobConfig, load_job, validate_job
+from krea2.trainer import JobConfig, StageConfig, load_job, validate_job
+
+
+def check_pair_stage(stage: StageConfig, where: str, world: int) -> None:
+    """What a preference stage needs beyond a trainer stage: pairs whole on every one of
+    ``world`` data-parallel ranks and one caption per pair (no caption dropout); UserError
+    naming the stage (``where``: its key, e.g. ``stages.2``) and the fix."""
+    if stage.batch_size % (2 * world):
+        raise UserError(
+            f"stage {stage.name!r}: batch_size={stage.batch_size} must be a multiple of "
+            f"2 x {world} rank(s) (a batch row pair is a winner and its loser)"
+        )
+    if stage.caption_dropout:
+        raise UserError(
+            f"stage {stage.name!r}: caption_dropout={stage.caption_dropout} would drop one "
+            f"image's prompt of a pair; set {where}.caption_dropout=0"
+        )
 
 
 def check_preference_job(cfg: JobConfig, world: int) -> None:
-    """What a preference job needs beyond a trainer job: pairs whole on every rank and one
-    caption per pair (no caption dropout); UserError naming the stage and the fix. Stages
-    already finished in ``cfg.run_dir`` (e.g. the pretraining stages a preference stage
-    starts after) are not run again, so they are not checked."""
+    """:func:`check_pair_stage` for every stage of ``cfg`` not already finished in its run
+    directory (e.g. the pretraining stages a preference stage starts after)."""
     done = Path(cfg.run_dir) / "checkpoints"
-    for stage in cfg.stages:
-        if (done / f"{stage.name}.done").exists():
-            continue
-        if stage.batch_size % (2 * world):
-            raise UserError(
-                f"stage {stage.name!r}: batch_size={stage.batch_size} must be a multiple of "
-                f"2 x {world} rank(s) (a batch row pair is a winner and its loser)"
-            )
-        if stage.caption_dropout:
-            raise UserError(
-                f"stage {stage.name!r}: caption_dropout={stage.caption_dropout} would drop one "
-                f"image's prompt of a pair; set stages.{cfg.stages.index(stage)}.caption_dropout=0"
-            )
+    for i, stage in enumerate(cfg.stages):
+        if not (done / f"{stage.name}.done").exists():
+            check_pair_stage(stage, f"stages.{i}", world)
 
 
 def train_preference(
@@ -49,7 +53,7 @@ def train_preference(
     objective; returns the run directory (``metrics.jsonl`` rows of kind ``train`` carry
     ``winner_gap``, ``loser_gap``, ``margin``, ``accuracy``; ``preference.toml`` records
     the objective)."""
-    from krea2.rl.objective_run import run_with_objective, world_size
+    from krea2.rl.objective_run import named_objective, run_with_objective, world_size
     from krea2.rl.preference.objective import PreferenceObjective
 
     cfg = job if isinstance(job, JobConfig) else load_job(job, overrides)
@@ -57,6 +61,7 @@ def train_preference(
     validate_job(cfg, trainer_world)
     check_preference_job(cfg, trainer_world)
     objective = PreferenceObjective(preference)
+    cfg = named_objective(cfg, preference.kind.value, preference)
     return run_with_objective(cfg, objective, resume, {"preference.toml": preference})
 
 
