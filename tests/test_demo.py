@@ -163,6 +163,9 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
         "score",
         "preference-stpo",
         "preference-dpo",
+        "rl",
+        "chain",
+        "expander",
     } <= set(summary["stages"])
     curation = summary["curation"]
     assert curation["images"] == summary["pool"]["images"]
@@ -198,6 +201,29 @@ def test_shapes_eval_is_reported_for_baseline_and_each_stage(demo):
         assert 0.0 <= e["shapes_eval"] <= 1.0
         assert {"object", "position"} <= set(e["by_kind"])
         assert len(e["prompts"]) > 0
+
+
+def test_the_chain_continues_each_model_from_the_one_before(demo):
+    from krea2.pipeline.chain import load_model
+
+    chain = json.loads((demo / "summary.json").read_text())["chain"]
+    assert [k for k in chain if k != "settings"] == ["pretrained", "sft", "po", "raw"]
+    stages = {}
+    for name in ("pretrained", "sft", "po", "raw"):
+        job, index = load_model(chain[name]["model"])  # a finished stage of a trainer run
+        assert (Path(job.run_dir) / "checkpoints" / f"{job.stages[index].name}.done").exists()
+        stages[name] = [s.name for s in job.stages[: index + 1]]
+        for key in ("cfg", "no_cfg"):
+            m = chain[name][key]
+            assert 0 <= m["shapes_eval"] <= 1 and 0 <= m["all_correct"] <= 1, (name, key)
+            assert ("delta" in m) == (name != "pretrained"), (name, key)
+    # each chain model's run holds the model before it as its previous stage
+    assert stages["sft"] == [*stages["pretrained"], "sft"]
+    po_more = stages["po"][len(stages["sft"]) :]
+    assert stages["po"][: len(stages["sft"])] == stages["sft"] and po_more in ([], ["preference"])
+    assert stages["raw"][: len(stages["po"])] == stages["po"]
+    section = (demo / "report.html").read_text().split("<h2>The chain")[1].split("<h2>")[0]
+    assert all(f"<td>{name}</td>" in section for name in ("pretrained", "sft", "po", "raw"))
 
 
 def test_the_preference_stages_report_stpo_and_the_dpo_ablation(demo):

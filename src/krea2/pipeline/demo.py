@@ -13,6 +13,8 @@ from krea2.infra.progress import progress
 from krea2.pipeline.config import DemoConfig, load_demo_config, smoke_note, training_job
 from krea2.pipeline.stages import StageRunner, StoppedAfter
 
+CHAIN_STAGE = "chain"
+
 
 def run_demo(
     out: Path,
@@ -65,14 +67,15 @@ def stage_names(cfg: DemoConfig) -> list[str]:
 
     exports = [f"export-{s.resolution}" for s in cfg.train.stages]
     tuned = [preference.stage_name(kind) for kind in preference.OBJECTIVES]
-    tuned.append(rl_stage.STAGE)  # RL without CFG follows the preference stages
-    tuned.append(expander_stage.STAGE)  # the prompt expander goes in front of the DiT last
+    tuned.append(rl_stage.STAGE)  # RL without CFG continues the chain from STPO: raw
+    tuned.append(CHAIN_STAGE)  # every chain model measured alike
+    tuned.append(expander_stage.STAGE)  # the prompt expander goes in front of raw last
     trained = ["pretrain", "sample", "score", sft_merge.STAGE]
     return ["shards", "pool", "curate", *exports, *trained, *tuned, "report"]
 
 
 def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
-    from krea2.curate.shapes import eval_prompt
+    from krea2.curate.shapes import concept_scene, eval_prompt
     from krea2.pipeline import curation, evaluation, preference, report, sft_merge, training
     from krea2.pipeline.pool import build_pool
 
@@ -148,36 +151,55 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
             for name in sampled
         },
     )
+    # The chain: pretrained -> SFT (the recipe's merge) -> PO (STPO) -> RL (raw); DPO is a
+    # branch from the SFT model on the same pairs and feeds nothing.
+    from krea2.pipeline import chain, expander_stage, rl_stage
+
+    pretrained_model = chain.model_record(job, len(job.stages) - 1)
     merged = runner.run(
         sft_merge.STAGE,
         sft_merge.WHAT,
         lambda: sft_merge.run_demo_stage(cfg, job, out / "sft-merge", split.train, held_out),
     )
+    sft_job, _ = chain.load_model(merged["model"])
     tuned = {
         kind: runner.run(
             preference.stage_name(kind),
             what,
             lambda kind=kind: preference.run_objective(
-                cfg, job, out / "preference", kind, list(split.train), held_out
+                cfg, sft_job, out / "preference", kind, list(split.train), held_out
             ),
         )
         for kind, what in preference.OBJECTIVES.items()
     }
-    from krea2.pipeline import rl_stage
-
+    po_job, _ = chain.load_model(tuned["stpo"]["model"])
     rl = runner.run(
         rl_stage.STAGE,
         rl_stage.WHAT,
-        lambda: rl_stage.run_demo_stage(cfg, job, out / "rl", list(split.train), held_out),
+        lambda: rl_stage.run_demo_stage(cfg, po_job, out / "rl", list(split.train), held_out),
     )
-    from krea2.pipeline import expander_stage
-
+    models = {"pretrained": pretrained_model, "sft": merged["model"],
+              "po": tuned["stpo"]["model"], "raw": rl["model"]}  # fmt: skip
+    last = job.stages[-1].name
+    measured = runner.run(
+        CHAIN_STAGE,
+        "measure every chain model alike, with and without CFG",
+        lambda: chain.measure_chain(
+            models, out / "chain", prompts, [concept_scene(c) for c in held_out],
+            list(cfg.eval.seeds), cfg.eval.steps, cfg.eval.cfg,
+            cached={"pretrained-cfg": out / "samples" / f"after {last}.npy"},
+        ),
+    )  # fmt: skip
+    raw = chain.load_model(rl["model"])
     expanded = runner.run(
         expander_stage.STAGE,
         expander_stage.WHAT,
-        lambda: expander_stage.run_demo_stage(cfg, job, out / "expander", held_out),
+        lambda: expander_stage.run_demo_stage(
+            cfg, job, out / "expander", held_out, model=raw, cfg_scale=0.0
+        ),
     )
     results = {
+        "chain": measured,
         "pool": pool,
         "curate": curated,
         "export": exported,
@@ -196,6 +218,8 @@ def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     )
     for name, e in scores.items():
         typer.echo(f"ShapesEval {name:<22} {e['shapes_eval']:.3f}  {e['by_kind']}")
+    for line in chain.verdicts(measured):
+        typer.echo(f"chain: {line}")
     for kind, r in tuned.items():
         typer.echo(preference.summary_line(kind, r))
     typer.echo(rl_stage.summary_line(rl))

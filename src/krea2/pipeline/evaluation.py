@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,3 +54,13 @@ def shapes_eval(images: np.ndarray, concepts: list[Concept]) -> dict:
         "per_image": result.per_image,
         "prompts": [eval_prompt(c) for c in concepts],
     }
+
+
+def paired_delta(scores: Any, base: Any) -> dict[str, float]:
+    """Mean of per-image scores [prompts][seeds] minus ``base``'s on the same prompts and
+    seeds, and its standard error over the prompts (a prompt's seeds averaged first: they
+    share its difficulty). Pairing removes the prompts' spread, most of an unpaired
+    difference's noise."""
+    diff = np.asarray(scores, np.float64).mean(1) - np.asarray(base, np.float64).mean(1)
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    return {"delta": float(diff.mean()), "se": se}

@@ -24,20 +24,29 @@ LABELS = {"sft": "expander after SFT", "gdpo": "expander after GDPO",
 CURVE_LABELS = {"gdpo": "GDPO", "gdpo-no-diversity": "GDPO, no diversity"}  # legend-sized
 
 
-def run_demo_stage(cfg: DemoConfig, job: JobConfig, work: Path, held_out: list[Concept]) -> dict:
-    """The expander stage on ``job``'s final stage, with the recipe's ``[expander]``
-    settings and ``[eval]``'s sampling; SFT scenes come from that stage's shards."""
+def run_demo_stage(
+    cfg: DemoConfig,
+    job: JobConfig,
+    work: Path,
+    held_out: list[Concept],
+    model: tuple[JobConfig, int] | None = None,
+    cfg_scale: float | None = None,
+) -> dict:
+    """The expander stage in front of ``model`` (a job and the index of its finished stage;
+    None: ``job``'s final stage), with the recipe's ``[expander]`` settings and
+    ``[eval]``'s steps and seeds, sampling at ``cfg_scale`` (None: ``[eval]``'s CFG); SFT
+    scenes come from the shards of ``job``'s final (pretraining) stage."""
     from krea2.expander import read_shard_scenes, run_expander_stage
 
     shards = sorted(p for pattern in job.stages[-1].data for p in glob.glob(pattern))
     if not shards:
         raise FileNotFoundError(f"no exported shards match {job.stages[-1].data}")
-    s = replace(cfg.expander, eval_steps=cfg.eval.steps, eval_cfg=cfg.eval.cfg,
+    scale = cfg.eval.cfg if cfg_scale is None else cfg_scale
+    s = replace(cfg.expander, eval_steps=cfg.eval.steps, eval_cfg=scale,
                 eval_seeds=list(cfg.eval.seeds))  # fmt: skip
     scenes = read_shard_scenes([Path(p) for p in shards])
-    return run_expander_stage(
-        job, len(job.stages) - 1, work, scenes, [concept_scene(c) for c in held_out], s
-    )
+    target, index = model if model is not None else (job, len(job.stages) - 1)
+    return run_expander_stage(target, index, work, scenes, [concept_scene(c) for c in held_out], s)
 
 
 def rows(result: dict) -> list[list[str]]:

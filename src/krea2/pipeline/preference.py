@@ -21,8 +21,8 @@ from krea2.trainer import JobConfig
 
 # The report's objective first, then the ablation; what each stage's banner says.
 OBJECTIVES = {
-    "stpo": "preference-tune the final model with STPO on on-policy pairs",
-    "dpo": "the ablation: Diffusion-DPO from the same start on the same pairs",
+    "stpo": "preference-tune the SFT model with STPO on on-policy pairs (the chain)",
+    "dpo": "the ablation: Diffusion-DPO from the same start on the same pairs (a branch)",
 }
 # The comparison table (report.html, benchmarks/rl_proof.py): one row per model.
 HEADERS = [

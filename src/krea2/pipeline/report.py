@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from krea2.pipeline import curation, html, preference
+from krea2.pipeline import chain, curation, html, preference
 
 
 def thumb(path: Path, side: int = 128) -> str:
@@ -155,6 +155,7 @@ def write_report(
     ]
     summary = {
         **({"note": note} if note else {}),
+        **({"chain": chain.summary(results["chain"])} if results.get("chain") else {}),
         "stages": {name: round(sec, 1) for name, sec in timings},
         "pool": results["pool"],
         "curation": {k: v for k, v in results["curate"].items() if k not in ("examples",)},
@@ -165,7 +166,11 @@ def write_report(
     }
     if tuned := results.get("preference"):
         summary["preference"] = preference.summary(tuned)
-    sections = curation_sections(results["curate"], pool_dir)
+    sections = []
+    if results.get("chain"):
+        sections.append(("The chain: pretrained → SFT → PO → RL (raw)",
+                         chain.report_section(results["chain"])))  # fmt: skip
+    sections += curation_sections(results["curate"], pool_dir)
     sections.append(
         (
             "Training loss per stage",
@@ -216,8 +221,10 @@ def write_report(
         '<p class="note">The Krea 2 pipeline at toy scale: a defect-laden ShapesWorld pool '
         "curated by krablet workers on embedded PostgreSQL shards, exported as Parquet shards at "
         "two resolutions, a tiny single-stream DiT pretrained on them and scored with the rubric "
-        "verifier, then preference-tuned with STPO (and, as the ablation, Diffusion-DPO) on "
-        "on-policy pairs.</p>"
+        "verifier, then post-trained in one chain — domain SFTs merged, STPO on on-policy "
+        "pairs, RL without CFG — into the final model (raw), with the prompt expander in "
+        "front of it; the ablations (Diffusion-DPO, the other merges) branch off the chain "
+        "model they ablate.</p>"
     )
     if note:
         intro = f'<p class="warning">{html.escape(note)}</p>' + intro

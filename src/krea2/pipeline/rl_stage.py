@@ -16,7 +16,7 @@ from krea2.trainer import JobConfig
 
 STAGE = "rl"
 REWARD_CURVES = ("reward_rubric", "reward_shape", "reward_artifact")  # logged per iteration
-WHAT = "RL without CFG (multi-reward, GDPO) from the final pretrained model"
+WHAT = "RL without CFG (multi-reward, GDPO) from the STPO model: the final model, raw"
 HEADERS = ["model", "ShapesEval, no CFG", "all correct, no CFG", "ShapesEval, CFG",
            "all correct, CFG", "artifact reward, no CFG", "background noise, no CFG"]  # fmt: skip
 

@@ -46,6 +46,9 @@ HEADERS = ["model", "style A: maroon on circles", "style B: teal on squares",
            "ShapesEval (vs base ± s.e.)"]  # fmt: skip
 
 
+MERGES = ("uniform", "weighted", "ties", "task")  # what a merge may be called
+
+
 @dataclass(frozen=True)
 class SftMergeSettings:
     """Sizes of the stage: LoRA SFT steps per domain, batch, learning rate and rank;
@@ -65,6 +68,11 @@ class SftMergeSettings:
     style_prompts: int = 12
     density: float = 0.5
     weight_a: float = 0.6
+    chain_merge: str = "ties"  # what the chain continues from: uniform, weighted, ties, task
+
+    def __post_init__(self) -> None:
+        if self.chain_merge not in MERGES:
+            raise ValueError(f"chain_merge={self.chain_merge!r} is not one of {', '.join(MERGES)}")
 
 
 def background_style(image: np.ndarray) -> str:
@@ -273,14 +281,12 @@ def run_sft_merge(
 
 
 def paired_delta(scores: list[list[float]], base: list[list[float]]) -> dict[str, float]:
-    """ShapesEval of a model minus the base's on the same prompts and seeds (per-image
-    scores [prompts][seeds]): ``shapes_eval_delta`` (the mean difference) and
-    ``shapes_eval_delta_se`` (its standard error over the prompts, seeds averaged first:
-    a prompt's seeds share its difficulty). Pairing removes the prompts' spread, which
-    is most of an unpaired difference's noise."""
-    diff = np.asarray(scores, np.float64).mean(1) - np.asarray(base, np.float64).mean(1)
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
-    return {"shapes_eval_delta": float(diff.mean()), "shapes_eval_delta_se": se}
+    """:func:`krea2.pipeline.evaluation.paired_delta` as ``shapes_eval_delta`` and
+    ``shapes_eval_delta_se`` (a model's ShapesEval minus the base's, same prompts and seeds)."""
+    from krea2.pipeline.evaluation import paired_delta as delta
+
+    d = delta(scores, base)
+    return {"shapes_eval_delta": d["delta"], "shapes_eval_delta_se": d["se"]}
 
 
 def rows(result: dict) -> list[list[str]]:
@@ -318,10 +324,17 @@ def demo_settings(cfg) -> SftMergeSettings:
 def run_demo_stage(cfg, job: JobConfig, work: Path, train, held_out) -> dict:
     """The demo's ``sft-merge`` stage from the final pretraining stage of ``job``; a smoke
     run's domain sets use every 8th training concept (it checks the stage runs, in
-    seconds)."""
+    seconds). The recipe's merge (``chain_merge``) becomes stage ``sft`` of the run
+    ``work/chain``: the chain's SFT model (``model`` in the result)."""
+    from krea2.pipeline.chain import adopt_merge, model_record
+
     train = list(train)[:: 8 if cfg.smoke else 1]
-    return run_sft_merge(job, len(job.stages) - 1, work, train, list(held_out),
-                         demo_settings(cfg))  # fmt: skip
+    s, index = demo_settings(cfg), len(job.stages) - 1
+    result = run_sft_merge(job, index, work, train, list(held_out), s)
+    chain = adopt_merge(job, index, work, s, [work / f"sft-{d}.safetensors" for d in DOMAINS])
+    result["model"] = model_record(chain, len(chain.stages) - 1)
+    result["chain_merge"] = s.chain_merge
+    return result
 
 
 def summary(result: dict) -> dict:

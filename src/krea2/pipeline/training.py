@@ -8,7 +8,12 @@ from krea2.trainer import JobConfig, Trainer, read_metrics
 
 
 def pretrain(job: JobConfig) -> dict:
-    """Run (or resume) every stage of ``job``; returns the loss curve of each stage."""
+    """Run (or resume) every stage of ``job`` (its ``config.toml`` saved in the run, so the
+    run can be continued and sampled like any ``krea2 train`` run); returns the loss curve
+    of each stage."""
+    from krea2.infra import save_config
+
+    save_config(job, Path(job.run_dir) / "config.toml")
     Trainer(job, resume=True).run()
     return {"curves": loss_curves(Path(job.run_dir))}
 

@@ -61,6 +61,7 @@ _MODULE_OF = {
     "stage_settings": "objectives",
     "continuation_job": "continuation",
     "link_finished": "continuation",
+    "adopt_weights": "continuation",
     # using a trained job
     "load_stage_module": "inference",
     "sample_stage": "inference",

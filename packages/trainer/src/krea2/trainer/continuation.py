@@ -85,22 +85,26 @@ def link_finished(source: JobConfig, index: int, run_dir: str | Path) -> None:
 def adopt_weights(
     source: JobConfig, index: int, name: str, weights: str | Path, run_dir: str | Path
 ) -> JobConfig:
-    """Weights from outside the run (released-key ``.safetensors`` or a model folder, e.g. a
-    merge of SFTs) as stage ``name`` after stage ``index`` of ``source``, finished in
-    ``run_dir``: its one checkpoint (step 0) holds them, at stage ``index``'s resolution
-    and patch. Returns the job (the source's stages, then ``name``, whose ``init_from``
-    records the weights), ready for :func:`continuation_job`. Idempotent: a finished
-    adoption is left as it is."""
+    """DiT weights from outside the run (a released-key ``.safetensors`` or a model folder,
+    e.g. a merge of SFTs of stage ``index``) as stage ``name`` after stage ``index`` of
+    ``source``, finished in ``run_dir``: its one checkpoint (step 0) holds stage
+    ``index``'s result (text conditioning included) with the DiT replaced by ``weights``,
+    at that stage's resolution and patch. Returns the job (the source's stages, then
+    ``name``), ready for :func:`continuation_job`. Idempotent: a finished adoption is left
+    as it is. UserError when the weights do not fit the model."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
+    from krea2.dit.weights import read_checkpoint
     from krea2.infra.checkpoint import CheckpointManager
+    from krea2.infra.config import save_config
     from krea2.trainer.build import build_module
     from krea2.trainer.config import IrepaConfig, LoraConfig
     from krea2.trainer.distributed import init_distributed
+    from krea2.trainer.release_init import release_source
     from krea2.trainer.warmstart import stage_checkpoints, warm_start
 
     stage = replace(
-        source.stages[index], name=name, init_from=str(weights), steps=1, objective="flow",
+        source.stages[index], name=name, init_from="previous", steps=1, objective="flow",
         settings={}, lora=LoraConfig(), irepa=IrepaConfig(), ema_decay=0.0, spike_guard=None,
     )  # fmt: skip
     job = replace(source, run_dir=Path(run_dir), stages=[*source.stages[: index + 1], stage])
@@ -110,8 +114,15 @@ def adopt_weights(
     link_finished(source, index, run_dir)
     env = init_distributed(job)
     module = build_module(job, stage, env)
-    warm_start(job, index + 1, module, env.distributed)
+    warm_start(job, index + 1, module, env.distributed)  # stage index's result, text and all
+    state, _ = read_checkpoint(release_source(weights) or Path(weights))
+    dtype = next(module.dit.parameters()).dtype
+    try:
+        module.dit.load_state_dict({k: v.to(dtype) for k, v in state.items()})
+    except RuntimeError as exc:
+        raise UserError(f"{weights} does not fit stage {name!r}'s model: {exc}") from None
     mgr = CheckpointManager(stage_checkpoints(run_dir, name), keep_last=1)
     mgr.save(0, {"model": get_model_state_dict(module)}, {"step": 0, "adopted": str(weights)})
+    save_config(job, Path(run_dir) / "config.toml")
     done.write_text("1\n")
     return job

@@ -331,6 +331,10 @@ def rl_stage(
         "stopped": stopped,
         "seconds": seconds,
         "settings": asdict(s),
+        # the model the stage keeps: the tuned stage, or its start when the guard fired
+        "model": {"run": str(run_dir), "stage": job.stages[-1].name}
+        if stopped is None
+        else {"run": str(pretrain_job.run_dir), "stage": pretrain_job.stages[stage_index].name},
     }
     _write_json(result_path, result)
     return result

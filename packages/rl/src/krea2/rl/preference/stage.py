@@ -148,6 +148,8 @@ def preference_stage(
             "hf_energy_ratio": 1.0, "samples": str(work / "eval-pretrained.npy"),
             "pretrained_samples": str(work / "eval-pretrained.npy"), "seconds": seconds,
             "settings": asdict(settings),
+            "model": {"run": str(pretrain_job.run_dir),
+                      "stage": pretrain_job.stages[stage_index].name},
         }  # fmt: skip
         _write_json(result_path, result)
         return result
@@ -186,6 +188,8 @@ def preference_stage(
         "pretrained_samples": str(work / "eval-pretrained.npy"),
         "seconds": seconds,
         "settings": asdict(settings),
+        # the tuned model: a finished stage of this run (its config.toml says how)
+        "model": {"run": str(run_dir), "stage": PREFERENCE_STAGE},
     }
     _write_json(result_path, result)
     return result
