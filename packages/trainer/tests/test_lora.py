@@ -14,7 +14,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 from trainer_test_helpers import held_env, kill_when_held, lora_job_toml, newest_save_at, ranks
 
-from krea2.dit.testing import write_tiny_model_folder
+from krea2.dit.testing import make_inputs, write_tiny_model_folder
 from krea2.dit.weights import read_checkpoint, save_weights
 from krea2.infra.errors import UserError
 from krea2.trainer.checkpoint_tensors import load_tensors, tensor_keys
@@ -427,3 +427,45 @@ def test_adopted_weights_are_a_finished_stage_that_loads_and_continues(trained, 
     after = continuation_job(job, 1, replace(job.stages[1], name="po"), tmp_path / "po")
     assert [s.name for s in after.stages] == ["lora", "sft", "po"]
     assert after.stages[-1].init_from == "previous"
+
+
+def test_a_stage_exports_as_a_pipeline_folder_that_reproduces_our_sampler(trained, tmp_path):
+    """`krea2 train export --layout diffusers`: Krea2Pipeline.from_pretrained(folder) gives
+    our sampler's images of the stage (the LoRA merged); --layout release reads back as the
+    same DiT with its conditioning record."""
+    from diffusers import Krea2Pipeline
+
+    from krea2.dit.generation import generate
+    from krea2.dit.patches import patchify
+    from krea2.dit.sampler import seeded_noise
+    from krea2.dit.text import TextEncoder
+    from krea2.dit.vae import QwenImageVAE
+    from krea2.dit.weights import from_pretrained, read_conditioning
+    from krea2.trainer.stage_export import export_stage
+
+    config, _ = trained
+    job = load_job(config)
+    folder = export_stage(job, 0, tmp_path / "raw", "diffusers")
+    release = job.text.encoder.split(":", 1)[1].rsplit("/", 1)[0]
+    module = load_stage_module(job, 0)
+    encoder = TextEncoder.from_pretrained(release, max_length=16, dtype=torch.float32)
+    ae = QwenImageVAE.from_pretrained(Path(release) / "vae", dtype=torch.float32)
+    prompts, side, steps, cfg = ["a red circle in the top left cell"], 32, 3, 2.0
+    with torch.no_grad():
+        ours = generate(module.dit, encoder, ae, prompts, side, side, steps=steps, cfg=cfg)
+    pipe = Krea2Pipeline.from_pretrained(folder).to(torch.float32)
+    noise = seeded_noise([0], (16, side // 4, side // 4), torch.float32, torch.device("cpu"))
+    theirs = pipe(
+        prompts, height=side, width=side, num_inference_steps=steps, guidance_scale=cfg,
+        latents=patchify(noise, 2), output_type="pt", max_sequence_length=16,
+    ).images  # fmt: skip
+    torch.testing.assert_close(theirs, (ours / 2 + 0.5).clamp(0, 1), atol=2e-4, rtol=0)
+    single = export_stage(job, 0, tmp_path / "raw.safetensors", "release")
+    assert read_conditioning(single)["text_tokens"] == 16
+    img, txt, t, pos, mask = make_inputs(module.dit.cfg)
+    with torch.no_grad():
+        want = module.dit(img, txt, t, pos, mask)
+        got = from_pretrained(single, dtype=torch.float32)(img, txt, t, pos, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(UserError, match="exists; pass --force"):
+        export_stage(job, 0, single, "release")

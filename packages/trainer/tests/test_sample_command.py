@@ -126,3 +126,20 @@ def test_a_checkpoint_folder_from_outside_the_run_is_loaded_only_when_trusted(ru
     out = merge_to_file([foreign], None, job, tmp_path / "m.safetensors", trusted=True)
     again = merge_to_file([out], None, job, tmp_path / "again.safetensors")  # no code inside
     assert again.exists()
+
+
+def test_train_export_writes_the_release_file_and_names_what_a_pipeline_needs(run, tmp_path):
+    from krea2.dit.weights import read_checkpoint, read_conditioning
+
+    out = tmp_path / "raw.safetensors"
+    result = krea2("train", "export", str(run), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert read_conditioning(out)["text_encoder"] == "trainer:words"
+    assert read_checkpoint(out)[1] is not None  # the DiT config travels with the weights
+    again = krea2("train", "export", str(run), "--out", str(out))
+    assert again.returncode != 0 and "exists; pass --force" in again.stderr
+    folder = krea2(
+        "train", "export", str(run), "--layout", "diffusers", "--out", str(tmp_path / "d")
+    )
+    assert folder.returncode != 0 and "--layout release instead" in folder.stderr
+    assert not (tmp_path / "d").exists()

@@ -62,6 +62,8 @@ _MODULE_OF = {
     "continuation_job": "continuation",
     "link_finished": "continuation",
     "adopt_weights": "continuation",
+    "export_stage": "stage_export",
+    "stage_weights": "stage_export",
     # using a trained job
     "load_stage_module": "inference",
     "sample_stage": "inference",

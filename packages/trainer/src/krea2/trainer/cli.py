@@ -231,6 +231,29 @@ def export_lora(
     typer.echo(f"wrote {path}")
 
 
+@app.command("export")
+def export(
+    run_dir: Path = typer.Argument(..., help="a run directory of krea2 train (holds config.toml)"),
+    out: Path = typer.Option(..., "--out", help="a .safetensors file (release) or a folder"),
+    layout: str = typer.Option(
+        "release", "--layout", help="release (one file) | diffusers (a Krea2Pipeline folder)"
+    ),
+    stage: str = typer.Option(None, "--stage", help="stage (default: the last one trained)"),
+    force: bool = typer.Option(False, "--force", help="replace an existing --out"),
+) -> None:
+    """Write a finished stage as the model users run: the release's single file (with how
+    to sample it), or a diffusers pipeline folder beside the run's components.
+
+    Example: krea2 train export runs/chain --stage rl --layout diffusers --out raw/
+    """
+    from krea2.trainer.inference import load_run, pick_stage
+    from krea2.trainer.stage_export import export_stage
+
+    job = load_run(run_dir)
+    path = export_stage(job, pick_stage(job, stage), out, layout, force)
+    typer.echo(f"wrote {path}")
+
+
 @app.command()
 def sample(
     run_dir: Path = typer.Argument(..., help="a run directory of krea2 train (holds config.toml)"),
