@@ -23,6 +23,7 @@ import numpy as np
 from krea2.pipeline.evaluation import paired_delta
 from krea2.trainer import JobConfig
 
+STAGE = "chain"  # the demo stage that measures the chain
 # (name, what it is): the chain in order; the last is the final model
 CHAIN = (
     ("pretrained", "pretraining, 32 then 64 px"),
@@ -58,10 +59,11 @@ def adopt_merge(job: JobConfig, index: int, work: Path, s: Any, files: list[Path
     ``sft`` after stage ``index`` of ``job`` in the run ``work/chain``; returns its job."""
     from krea2.dit import save_weights
     from krea2.infra import CheckpointManager
+    from krea2.infra.atomic import write_with
     from krea2.trainer import adopt_weights, average, stage_root, task_arithmetic, ties_merge
 
     path = work / "chain-merge.safetensors"
-    if not path.is_file():
+    if not path.is_file():  # (written whole: a killed merge leaves no file)
         root = CheckpointManager(stage_root(job, job.stages[index]))
         base = root.path_of(root.latest_step())
         wa = s.weight_a
@@ -71,9 +73,7 @@ def adopt_merge(job: JobConfig, index: int, work: Path, s: Any, files: list[Path
             "ties": lambda: ties_merge(base, files, density=s.density),
             "task": lambda: task_arithmetic(base, files),
         }[s.chain_merge]()
-        tmp = work / "chain-merge.tmp.safetensors"
-        save_weights(weights, tmp)
-        tmp.rename(path)
+        write_with(path, lambda tmp: save_weights(weights, tmp))
     return adopt_weights(job, index, "sft", path, work / "chain")
 
 
@@ -95,6 +95,7 @@ def measure_chain(
     ``samples`` path and, after the first model, ``delta``/``delta_all_correct`` (paired
     differences to the model before, each ``{"delta", "se"}``)."""
     from krea2.curate.shapes import shapes_eval
+    from krea2.infra.atomic import cached_array
     from krea2.rl.grpo import background_noise, shapes_rewards
     from krea2.trainer import sample_stage
 
@@ -110,18 +111,19 @@ def measure_chain(
             same = sampled.get((record["run"], record["stage"], key))
             path = cached.get(f"{name}-{key}") or same or work / f"{name}-{key}.npy"
             sampled[(record["run"], record["stage"], key)] = path
-            if not path.exists():
-                job, index = load_model(record)
-                images = sample_stage(job, index, prompts, seeds, steps, scale)
-                np.save(path.with_suffix(".tmp.npy"), images)
-                path.with_suffix(".tmp.npy").rename(path)
-            images = np.load(path)
+            images = cached_array(
+                path, lambda record=record, scale=scale: sample_stage(
+                    *load_model(record), prompts, seeds, steps, scale
+                )
+            )  # fmt: skip
             flat = images.reshape(-1, *images.shape[2:])
             score = shapes_eval(images, targets)
             art = artifact(flat, [p for p in prompts for _ in seeds])
             m = {
                 "shapes_eval": score.score,
                 "all_correct": score.all_correct,
+                "shapes_eval_forced": score.score_forced,  # the verifier before "unclear"
+                "unclear_rate": score.unclear_rate,
                 "artifact": float(np.mean(art.scores)),
                 "bg_noise": float(background_noise(flat).mean()),
                 "per_image": score.per_image,
@@ -146,6 +148,11 @@ def _all_right(per_image: Any) -> np.ndarray:
     return (np.asarray(per_image, np.float64) >= 1.0 - 1e-9).astype(np.float64)
 
 
+def _score(m: dict) -> str:
+    forced = m.get("shapes_eval_forced")
+    return f"{m['shapes_eval']:.3f}" + (f" ({forced:.3f})" if forced is not None else "")
+
+
 def _delta(m: dict) -> str:
     d = m.get("delta")
     return f"{d['delta']:+.3f} ± {d['se']:.3f}" if d else ""
@@ -156,8 +163,8 @@ def rows(result: dict) -> list[list[str]]:
     out = []
     for name, row in result["models"].items():
         c, n = row["cfg"], row["no_cfg"]
-        out.append([name, f"{c['shapes_eval']:.3f}", _delta(c), f"{c['all_correct']:.3f}",
-                    f"{n['shapes_eval']:.3f}", _delta(n), f"{n['all_correct']:.3f}",
+        out.append([name, _score(c), _delta(c), f"{c['all_correct']:.3f}",
+                    _score(n), _delta(n), f"{n['all_correct']:.3f}",
                     f"{n['artifact']:.3f}", f"{n['bg_noise']:.2f}"])  # fmt: skip
     return out
 
@@ -220,8 +227,10 @@ def report_section(result: dict) -> str:
         f"final model. Measured alike: {st['prompts']} held-out prompts × {len(st['seeds'])} "
         f"seeds, {st['steps']} Euler steps, CFG {st['cfg']:g} or none. Δ: the difference to "
         "the model before on the same prompts and seeds, ± its paired standard error over "
-        "the prompts. Artifact: one head trained on renders (1 − P(defect)), the same for "
-        "every model.</p>"
+        "the prompts. In brackets: the verifier's forced-choice score, before an object "
+        "whose shape wins by less than a calibrated margin counted as unclear (shown beside "
+        "the new score for one release). Artifact: one head trained on renders "
+        "(1 − P(defect)), the same for every model.</p>"
         + f"<ul>{items}</ul>"
         + html.line_chart(series, x_label=f"chain stage ({names})", y_label="score", log=False)
     )

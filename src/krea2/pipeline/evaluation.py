@@ -51,6 +51,10 @@ def shapes_eval(images: np.ndarray, concepts: list[Concept]) -> dict:
         "shapes_eval": result.score,
         "by_kind": result.by_kind,
         "all_correct": result.all_correct,
+        # the forced-choice verifier's numbers (before the unclear verdict), for one release
+        "shapes_eval_forced": result.score_forced,
+        "all_correct_forced": result.all_correct_forced,
+        "unclear_rate": result.unclear_rate,
         "per_image": result.per_image,
         "prompts": [eval_prompt(c) for c in concepts],
     }

@@ -12,6 +12,7 @@ from krea2.infra.lazy import lazy_exports
 __version__ = "0.1.0"
 
 _SUBMODULES = (
+    "atomic",
     "checkpoint",  # needs the torch extra
     "checkpoint_layout",
     "cli",

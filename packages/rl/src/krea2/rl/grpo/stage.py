@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from krea2.infra.atomic import cached_array, publish_dir, write_json
 from krea2.rl.grpo.advantage import Aggregation
 from krea2.rl.grpo.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
@@ -140,12 +141,6 @@ def stage_job(
                  0, s.lora_rank, s.checkpoint_every, 1, s.lr_decay_ratio,
                  s.ema_decay)  # fmt: skip
     return job if s.seed is None else replace(job, seed=s.seed)
-
-
-def _write_json(path: Path, data) -> None:  # type: ignore[no-untyped-def]
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.rename(path)
 
 
 def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, rewards) -> dict:
@@ -275,28 +270,23 @@ def rl_stage(
         out = {}
         for key, scale in (("no_cfg", 0.0), ("cfg", s.eval_cfg))[: 2 if with_cfg else 1]:
             path = work / f"eval-{tag}-{key}.npy"
-            if not path.exists():
-                images = sample_stage(job, index, list(eval_prompts), list(s.eval_seeds),
-                                      s.eval_steps, scale)  # fmt: skip
-                np.save(path.with_suffix(".tmp.npy"), images)
-                path.with_suffix(".tmp.npy").rename(path)
-            out[key] = measure(np.load(path), eval_prompts, eval_targets, rewards)
+            images = cached_array(path, lambda job=job, index=index, scale=scale: sample_stage(
+                job, index, list(eval_prompts), list(s.eval_seeds), s.eval_steps, scale
+            ))  # fmt: skip
+            out[key] = measure(images, eval_prompts, eval_targets, rewards)
             out[key]["samples"] = str(path)
         return out
 
     t = time.perf_counter()
     before = evaluate(pretrain_job, stage_index, "pretrained")  # samples cached, re-measured
-    _write_json(work / "eval-pretrained.json", before)
+    write_json(work / "eval-pretrained.json", before)
     seconds["eval_pretrained"] = time.perf_counter() - t
 
     t = time.perf_counter()
     run_dir = work / name
     shards = work / "prompt-shards"
     side = pretrain_job.stages[stage_index].resolution
-    if not shards.is_dir():
-        tmp = work / "prompt-shards.tmp"
-        export_prompt_shards(pool, tmp, side, s.prompts_per_step)
-        tmp.rename(shards)
+    publish_dir(shards, lambda tmp: export_prompt_shards(pool, tmp, side, s.prompts_per_step))
     job = stage_job(pretrain_job, stage_index, run_dir, shards, s)
     hook = make_eval_hook(job, len(job.stages) - 1, list(eval_prompts), list(eval_targets),
                           rewards, s)  # fmt: skip
@@ -309,7 +299,7 @@ def rl_stage(
             train_rl(job, gc, trained, resume=True, evaluate=hook, eval_every=s.eval_every)
         except TrainingStopped as exc:
             stopped = str(exc)
-            _write_json(run_dir / "stopped.json", {"reason": stopped})
+            write_json(run_dir / "stopped.json", {"reason": stopped})
     elif (run_dir / "stopped.json").exists():
         stopped = json.loads((run_dir / "stopped.json").read_text())["reason"]
     seconds["train"] = time.perf_counter() - t
@@ -336,7 +326,7 @@ def rl_stage(
         if stopped is None
         else {"run": str(pretrain_job.run_dir), "stage": pretrain_job.stages[stage_index].name},
     }
-    _write_json(result_path, result)
+    write_json(result_path, result)
     return result
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from krea2.infra.atomic import cached_array, publish_dir, write_json
 from krea2.infra.errors import UserError
 from krea2.rl.preference.loss import PreferenceConfig, PreferenceKind
 from krea2.rl.preference.measures import high_frequency_energy
@@ -151,7 +152,7 @@ def preference_stage(
             "model": {"run": str(pretrain_job.run_dir),
                       "stage": pretrain_job.stages[stage_index].name},
         }  # fmt: skip
-        _write_json(result_path, result)
+        write_json(result_path, result)
         return result
 
     t = time.perf_counter()
@@ -191,7 +192,7 @@ def preference_stage(
         # the tuned model: a finished stage of this run (its config.toml says how)
         "model": {"run": str(run_dir), "stage": PREFERENCE_STAGE},
     }
-    _write_json(result_path, result)
+    write_json(result_path, result)
     return result
 
 
@@ -230,7 +231,7 @@ def stage_pairs(
         steps=settings.sample_steps, cfg_scale=settings.sample_cfg,
         pairs_per_prompt=settings.pairs_per_prompt,
     )  # fmt: skip
-    _write_json(path, {"settings": wanted, "pairs": [p.to_row() for p in pairs]})
+    write_json(path, {"settings": wanted, "pairs": [p.to_row() for p in pairs]})
     return pairs
 
 
@@ -246,17 +247,12 @@ def _pair_shards(
     work: Path, pairs: list[Pair], side: int, settings: PreferenceStageSettings
 ) -> Path:
     """The pairs' training shards under ``work/pair-shards``, written once (atomically)."""
-    import shutil
-
     from krea2.rl.preference.shards import export_pair_shards
 
-    shards = work / "pair-shards"
-    if not shards.is_dir():
-        tmp = work / "pair-shards.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        export_pair_shards(pairs, tmp, side, pairs_per_batch=settings.batch_size // 2)
-        tmp.rename(shards)
-    return shards
+    return publish_dir(
+        work / "pair-shards",
+        lambda tmp: export_pair_shards(pairs, tmp, side, pairs_per_batch=settings.batch_size // 2),
+    )
 
 
 def _eval(
@@ -264,16 +260,11 @@ def _eval(
 ) -> np.ndarray:
     """Eval images uint8 [P, S, H, W, 3] of ``job.stages[index]``'s newest checkpoint, made
     once into ``path``."""
-    if path.exists():
-        return np.load(path)
     from krea2.trainer import sample_stage
 
-    images = sample_stage(job, index, list(prompts), list(s.eval_seeds), s.sample_steps,
-                          s.sample_cfg)  # fmt: skip
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, images)
-    tmp.rename(path)
-    return images
+    return cached_array(path, lambda: sample_stage(
+        job, index, list(prompts), list(s.eval_seeds), s.sample_steps, s.sample_cfg
+    ))  # fmt: skip
 
 
 def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, reward: Reward) -> dict:
@@ -307,12 +298,6 @@ def curves(run_dir: Path) -> dict[str, list[float]]:
             rows[row["step"]] = row
     ordered = [rows[s] for s in sorted(rows)]
     return {k: [float(r[k]) for r in ordered] for k in CURVE_KEYS}
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.rename(path)
 
 
 def shapes_preference_reward(artifact_head: Path, artifact_weight: float = 0.5) -> Reward:

@@ -1,0 +1,391 @@
+"""The demo's stages, declared once: :func:`demo_stages` is the one list from which the run
+order, ``--until``'s choices, summary.json, report.html and the closing lines all derive.
+
+Each :class:`DemoStage` says what it does, runs (reading what earlier stages left in the
+shared :class:`DemoRun`), and how its result reaches the summary, the report and the
+console. The chain (pretrained -> SFT -> PO -> RL = raw) runs in stage order; its
+measurement leads the summary and the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from krea2.pipeline.config import DemoConfig, training_job
+from krea2.trainer import JobConfig
+
+Section = tuple[str, str]  # (title, html)
+
+
+@dataclass
+class DemoRun:
+    """What the stages share: the recipe, the output folder, the held-out evaluation and
+    each finished stage's result by name."""
+
+    cfg: DemoConfig
+    out: Path
+    results: dict[str, dict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from krea2.curate.shapes import concept_scene, eval_prompt
+        from krea2.pipeline import evaluation
+
+        self.split, self.held_out = evaluation.demo_concepts(self.cfg)
+        self.prompts = [eval_prompt(c) for c in self.held_out]
+        self.targets = [concept_scene(c) for c in self.held_out]
+        self.log = self.out / "commands.log"
+
+    @property
+    def cluster(self) -> Path:
+        return Path(self.results["shards"]["cluster"])
+
+    def shard_dir(self, stage_name: str) -> Path:
+        return self.out / "shards" / stage_name
+
+    @property
+    def job(self) -> JobConfig:
+        """The pretraining job (its shards exported by then)."""
+        dirs = [self.shard_dir(s.name) for s in self.cfg.train.stages]
+        return training_job(self.cfg, self.out / "run", dirs, self.prompts[:8])
+
+    def model(self, stage: str) -> tuple[JobConfig, int]:
+        """The chain model a finished stage keeps (its result's ``model`` record)."""
+        from krea2.pipeline.chain import load_model
+
+        return load_model(self.results[stage]["model"])
+
+
+@dataclass(frozen=True)
+class DemoStage:
+    """One stage: ``run(demo)`` returns its JSON-able result; ``summary(demo)`` the entries
+    it adds to summary.json, ``sections(demo)`` its report sections, ``lines(demo)`` what
+    the console shows at the end (each None: nothing). ``always``: run even when recorded
+    (the embedded shards must be up in every invocation). ``leads``: its summary and
+    sections come first."""
+
+    name: str
+    what: str
+    run: Callable[[DemoRun], dict]
+    summary: Callable[[DemoRun], dict] | None = None
+    sections: Callable[[DemoRun], list[Section]] | None = None
+    lines: Callable[[DemoRun], list[str]] | None = None
+    always: bool = False
+    leads: bool = False
+
+
+def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
+    """The demo's stages in the order they run (one export per training resolution)."""
+    from krea2.pipeline import chain, curation, expander_stage, preference, rl_stage, sft_merge
+
+    exports = [
+        DemoStage(
+            f"export-{s.resolution}",
+            f"export {s.resolution}px Parquet shards for {s.name}",
+            lambda d, s=s: curation.export_stage(
+                d.cluster, d.shard_dir(s.name), s.resolution, s.batch_size, d.log
+            ),
+            summary=lambda d: {
+                "export": {
+                    str(s.resolution): d.results[f"export-{s.resolution}"] for s in cfg.train.stages
+                }
+            },
+        )
+        for s in cfg.train.stages
+    ]
+    kinds = list(preference.OBJECTIVES)
+    tuned = [
+        DemoStage(
+            preference.stage_name(kind),
+            preference.OBJECTIVES[kind],
+            lambda d, kind=kind: preference.run_objective(
+                d.cfg,
+                d.model(sft_merge.STAGE)[0],
+                d.out / "preference",
+                kind,
+                list(d.split.train),
+                d.held_out,
+            ),
+            # the preference stages share one summary entry and one section: the last's
+            summary=(lambda d: {"preference": preference.summary(_preference(d))})
+            if kind == kinds[-1]
+            else None,
+            sections=(lambda d: [("Preference optimization", _preference_section(d))])
+            if kind == kinds[-1]
+            else None,
+            lines=lambda d, kind=kind: [preference.summary_line(kind, d.results[_pref(kind)])],
+        )
+        for kind in kinds
+    ]
+    return [
+        DemoStage(
+            "shards",
+            f"start {cfg.shards} embedded krablet shards",
+            lambda d: {"cluster": str(curation.start_shards(d.out, d.cfg.shards))},
+            always=True,
+        ),
+        DemoStage(
+            "pool",
+            "generate the raw ShapesWorld pool with injected defects",
+            _pool,
+            summary=lambda d: {"pool": d.results["pool"]},
+        ),
+        DemoStage(
+            "curate",
+            f"ingest, curate and caption with {cfg.workers} worker processes per job",
+            lambda d: curation.curate_pool(
+                d.out / "pool", d.cluster, d.cfg.workers, d.log, d.cfg.curate
+            ),
+            summary=lambda d: {
+                "curation": {k: v for k, v in d.results["curate"].items() if k != "examples"}
+            },
+            sections=_curation_sections,
+        ),
+        *exports,
+        DemoStage(
+            "pretrain",
+            "pretrain the tiny DiT at each resolution in turn",
+            _pretrain,
+            sections=_loss_section,
+        ),
+        DemoStage("sample", "sample held-out prompts with fixed seeds", _sample),
+        DemoStage(
+            "score",
+            "score the samples with the rubric verifier (ShapesEval)",
+            _score,
+            summary=lambda d: {
+                "shapes_eval": {
+                    n: {k: v for k, v in e.items() if k != "per_image"}
+                    for n, e in d.results["score"].items()
+                }
+            },
+            sections=_score_sections,
+            lines=lambda d: [
+                f"ShapesEval {n:<22} {e['shapes_eval']:.3f}  {e['by_kind']}"
+                for n, e in d.results["score"].items()
+            ],
+        ),
+        DemoStage(
+            sft_merge.STAGE,
+            sft_merge.WHAT,
+            lambda d: sft_merge.run_demo_stage(
+                d.cfg, d.job, d.out / "sft-merge", d.split.train, d.held_out
+            ),
+            summary=lambda d: {"sft_merge": sft_merge.summary(d.results[sft_merge.STAGE])},
+            sections=lambda d: [
+                (
+                    "Domain SFT and merging",
+                    sft_merge.report_section(d.results[sft_merge.STAGE], smoke=d.cfg.smoke),
+                )
+            ],
+        ),
+        *tuned,
+        DemoStage(
+            rl_stage.STAGE,
+            rl_stage.WHAT,
+            lambda d: rl_stage.run_demo_stage(
+                d.cfg, d.model(_pref("stpo"))[0], d.out / "rl", list(d.split.train), d.held_out
+            ),
+            summary=lambda d: {"rl": rl_stage.summary(d.results[rl_stage.STAGE])},
+            sections=lambda d: [
+                (
+                    "RL without CFG",
+                    rl_stage.report_section(d.results[rl_stage.STAGE], d.prompts, _upscale()),
+                )
+            ],
+            lines=lambda d: [rl_stage.summary_line(d.results[rl_stage.STAGE])],
+        ),
+        DemoStage(
+            chain.STAGE,
+            "measure every chain model alike, with and without CFG",
+            _chain,
+            summary=lambda d: {"chain": chain.summary(d.results[chain.STAGE])},
+            sections=lambda d: [
+                (
+                    "The chain: pretrained → SFT → PO → RL (raw)",
+                    chain.report_section(d.results[chain.STAGE]),
+                )
+            ],
+            lines=lambda d: [f"chain: {x}" for x in chain.verdicts(d.results[chain.STAGE])],
+            leads=True,
+        ),
+        DemoStage(
+            expander_stage.STAGE,
+            expander_stage.WHAT,
+            lambda d: expander_stage.run_demo_stage(
+                d.cfg,
+                d.job,
+                d.out / "expander",
+                d.held_out,
+                model=d.model(rl_stage.STAGE),
+                cfg_scale=0.0,
+            ),
+            summary=lambda d: {"expander": expander_stage.summary(d.results[expander_stage.STAGE])},
+            sections=lambda d: [
+                (
+                    "Prompt expander",
+                    expander_stage.report_section(d.results[expander_stage.STAGE], _upscale()),
+                )
+            ],
+            lines=lambda d: [expander_stage.summary_line(d.results[expander_stage.STAGE])],
+        ),
+    ]
+
+
+INTRO = (
+    '<p class="note">The Krea 2 pipeline at toy scale: a defect-laden ShapesWorld pool '
+    "curated by krablet workers on embedded PostgreSQL shards, exported as Parquet shards at "
+    "two resolutions, a tiny single-stream DiT pretrained on them and scored with the rubric "
+    "verifier, then post-trained in one chain — domain SFTs merged, STPO on on-policy "
+    "pairs, RL without CFG — into the final model (raw), with the prompt expander in "
+    "front of it; the ablations (Diffusion-DPO, the other merges) branch off the chain "
+    "model they ablate.</p>"
+)
+
+
+def write_report(
+    demo: DemoRun, stages: list[DemoStage], timings: list[tuple[str, float]], note: str | None
+) -> dict:
+    """Write ``out/report.html`` and ``out/summary.json`` from each stage's own summary and
+    sections (:mod:`krea2.pipeline.recipe`; a leading stage's first); returns the summary.
+    ``note`` (a smoke run's warning) goes at the top of both."""
+    from krea2.pipeline import html
+
+    ordered = [s for s in stages if s.leads] + [s for s in stages if not s.leads]
+    summary: dict = {"note": note} if note else {}
+    sections = []
+    for stage in ordered:
+        if stage.leads and stage.summary is not None:
+            summary.update(stage.summary(demo))
+    summary["stages"] = {name: round(sec, 1) for name, sec in timings}
+    for stage in ordered:
+        if not stage.leads and stage.summary is not None:
+            summary.update(stage.summary(demo))
+        if stage.sections is not None:
+            sections += stage.sections(demo)
+    timing = html.table(["stage", "seconds"], [[n, f"{s:.1f}"] for n, s in timings])
+    sections.append(("Stage times", timing))
+    intro = (f'<p class="warning">{html.escape(note)}</p>' if note else "") + INTRO
+    (demo.out / "report.html").write_text(html.page("krea2 demo report", sections, intro))
+    (demo.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _pref(kind: str) -> str:
+    from krea2.pipeline import preference
+
+    return preference.stage_name(kind)
+
+
+def _preference(d: DemoRun) -> dict[str, dict]:
+    from krea2.pipeline import preference
+
+    return {kind: d.results[_pref(kind)] for kind in preference.OBJECTIVES}
+
+
+def _preference_section(d: DemoRun) -> str:
+    from krea2.pipeline.report import preference_section
+
+    return preference_section(_preference(d), d.prompts)
+
+
+def _upscale() -> Callable[[np.ndarray], np.ndarray]:
+    from krea2.pipeline.report import upscale
+
+    return upscale
+
+
+def _pool(d: DemoRun) -> dict:
+    from krea2.pipeline.pool import build_pool
+
+    return build_pool(d.cfg.pool, d.split, d.out / "pool", d.cfg.workers)
+
+
+def _curation_sections(d: DemoRun) -> list[Section]:
+    from krea2.pipeline.report import curation_sections
+
+    return curation_sections(d.results["curate"], d.out / "pool")
+
+
+def _pretrain(d: DemoRun) -> dict:
+    from krea2.pipeline import training
+
+    return training.pretrain(d.job)
+
+
+def _loss_section(d: DemoRun) -> list[Section]:
+    from krea2.pipeline import html
+
+    curves = d.results["pretrain"]["curves"]
+    return [("Training loss per stage", html.line_chart(curves, x_label="step", y_label="loss"))]
+
+
+def _sample(d: DemoRun) -> dict:
+    """Held-out samples of the untrained model and after each pretraining stage, with
+    ``[eval]``'s seeds, steps and CFG: ``out/samples/NAME.npy``."""
+    from krea2.infra.progress import progress
+    from krea2.pipeline import evaluation
+
+    job, ev = d.job, d.cfg.eval
+    (d.out / "samples").mkdir(exist_ok=True)
+    names = {}
+    checkpoints = [("untrained", 0, False)]
+    checkpoints += [(f"after {s.name}", i, True) for i, s in enumerate(job.stages)]
+    with progress("sample", len(checkpoints) * ev.steps * len(ev.seeds), unit="step") as bar:
+        for name, index, trained in checkpoints:
+            images = evaluation.sample(
+                job, index, trained, d.prompts, ev.seeds, ev.steps, ev.cfg, on_step=bar.advance
+            )
+            np.save(d.out / "samples" / f"{name}.npy", images)
+            names[name] = list(images.shape)
+    return names
+
+
+def _score(d: DemoRun) -> dict:
+    from krea2.pipeline import evaluation
+
+    return {
+        name: evaluation.shapes_eval(np.load(d.out / "samples" / f"{name}.npy"), d.held_out)
+        for name in d.results["sample"]
+    }
+
+
+def _score_sections(d: DemoRun) -> list[Section]:
+    from krea2.pipeline.report import score_sections
+
+    return score_sections(d.results["score"], d.out / "samples")
+
+
+def _chain(d: DemoRun) -> dict:
+    """Every chain model measured alike (:func:`krea2.pipeline.chain.measure_chain`); the
+    pretrained model's CFG samples are the ``sample`` stage's."""
+    from krea2.pipeline import chain, preference, rl_stage, sft_merge
+
+    job = d.job
+    models = {
+        "pretrained": chain.model_record(job, len(job.stages) - 1),
+        "sft": d.results[sft_merge.STAGE]["model"],
+        "po": d.results[preference.stage_name("stpo")]["model"],
+        "raw": d.results[rl_stage.STAGE]["model"],
+    }
+    ev = d.cfg.eval
+    last = d.out / "samples" / f"after {job.stages[-1].name}.npy"
+    return chain.measure_chain(
+        models,
+        d.out / "chain",
+        d.prompts,
+        d.targets,
+        list(ev.seeds),
+        ev.steps,
+        ev.cfg,
+        cached={"pretrained-cfg": last},
+    )
+
+
+def run_order(stages: list[DemoStage]) -> list[str]:
+    """The stage names as they run, then ``report``."""
+    return [s.name for s in stages] + ["report"]
