@@ -23,7 +23,7 @@ from krea2.curate.shapes.defects import (
     make_pool,
     write_pool,
 )
-from krea2.curate.shapes.detect import DetectedObject, detect_objects
+from krea2.curate.shapes.detect import UNCLEAR_MARGIN, DetectedObject, detect_objects
 from krea2.curate.shapes.render import render
 from krea2.curate.shapes.sample import sample_scene
 from krea2.curate.shapes.shapes_eval import ShapesEvalScore, shapes_eval
@@ -75,6 +75,7 @@ __all__ = [
     "SHAPES",
     "SIZES",
     "STYLE_BACKGROUND_COLORS",
+    "UNCLEAR_MARGIN",
     "WORDS",
     "WORLD_BACKGROUNDS",
     "WORLD_COLORS",

@@ -15,6 +15,15 @@ from krea2.curate.shapes.spec import COLORS, SHAPES
 TEMPLATE = 32  # px side of the shape templates a component is compared with
 COLOR_DISTANCE = 70.0  # max RGB distance from a palette colour for a pixel to count as it
 MIN_AREA_OF_CELL = 0.03  # components smaller than this share of a cell are noise
+# A shape read is "unclear" when the best template IoU beats the runner-up by less than
+# this: such an object meets no shape requirement (``verify``), instead of a coin flip.
+# Calibrated by ``verifier_validation`` (rerun: ``benchmarks/shapes_verifier.py``): on the
+# "model" degradation (blur, corner rounding, ragged edges, jitter and colour noise at once,
+# each at a random strength up to medium), 2000 seeded scenes (seed 0) of all four shapes at
+# 32, 64 and 128 px, it is the smallest margin on a 0.005 grid at which the reads it
+# decides are >= 99% right (0.9905 there, where forced choice is 0.923 right). Seeds 1-5
+# at 300 scenes each give 0.065-0.07.
+UNCLEAR_MARGIN = 0.065
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,16 @@ class DetectedObject:
     bbox: tuple[int, int, int, int]
     centroid: tuple[float, float]
     shape_scores: dict[str, float]
+
+    @property
+    def margin(self) -> float:
+        """How far the read shape's template IoU beats the runner-up's."""
+        top = sorted(self.shape_scores.values(), reverse=True)
+        return top[0] - top[1] if len(top) > 1 else 1.0
+
+    def clear_shape(self, margin: float = UNCLEAR_MARGIN) -> str | None:
+        """``shape``, or ``None`` when it wins by less than ``margin`` (0: forced choice)."""
+        return self.shape if margin <= 0 or self.margin >= margin else None
 
 
 @cache

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from krea2.curate.shapes.captions import NUMBER_WORDS, plural, where
-from krea2.curate.shapes.detect import COLOR_DISTANCE, DetectedObject, detect_objects
+from krea2.curate.shapes.detect import (
+    COLOR_DISTANCE,
+    UNCLEAR_MARGIN,
+    DetectedObject,
+    detect_objects,
+)
 from krea2.curate.shapes.spec import CELLS, COLORS, SHAPES, Scene
 
 if TYPE_CHECKING:
@@ -51,25 +56,51 @@ class RequirementResult:
     detail: str
 
 
+def _share(results: tuple[RequirementResult, ...]) -> float:
+    return sum(r.passed for r in results) / len(results) if results else 1.0
+
+
+def _by_kind(results: tuple[RequirementResult, ...]) -> dict[str, float]:
+    groups: dict[str, list[bool]] = {}
+    for r in results:
+        groups.setdefault(r.requirement.kind, []).append(r.passed)
+    return {k: sum(v) / len(v) for k, v in groups.items()}
+
+
 @dataclass(frozen=True)
 class Verification:
-    """Per-requirement results; ``score`` is the share passed (1.0 for no requirements)."""
+    """Per-requirement results; ``score`` is the share passed (1.0 for no requirements).
+
+    An object whose shape is unclear (its best template wins by less than
+    ``unclear_margin``) meets no requirement that names a shape. ``forced_results`` are the
+    same requirements read the old way, every object taken as its best shape
+    (``score_forced``; kept beside ``score`` for one release)."""
 
     results: tuple[RequirementResult, ...]
     objects: tuple[DetectedObject, ...] = field(default=())
+    forced_results: tuple[RequirementResult, ...] | None = None
+    unclear_margin: float = 0.0
 
     @property
     def score(self) -> float:
-        if not self.results:
-            return 1.0
-        return sum(r.passed for r in self.results) / len(self.results)
+        return _share(self.results)
+
+    @property
+    def score_forced(self) -> float:
+        return _share(self.results if self.forced_results is None else self.forced_results)
+
+    @property
+    def unclear(self) -> tuple[DetectedObject, ...]:
+        """The objects whose shape is unclear."""
+        return tuple(o for o in self.objects if o.clear_shape(self.unclear_margin) is None)
 
     def by_kind(self) -> dict[str, float]:
         """Mean pass rate per requirement kind (the sub-scores of the reward)."""
-        groups: dict[str, list[bool]] = {}
-        for r in self.results:
-            groups.setdefault(r.requirement.kind, []).append(r.passed)
-        return {k: sum(v) / len(v) for k, v in groups.items()}
+        return _by_kind(self.results)
+
+    def by_kind_forced(self) -> dict[str, float]:
+        """``by_kind`` of the forced-choice reads."""
+        return _by_kind(self.results if self.forced_results is None else self.forced_results)
 
 
 def scene_requirements(scene: Scene) -> list[Requirement]:
@@ -155,19 +186,33 @@ def parse_prompt(prompt: str) -> list[Requirement]:
 
 
 def check(
-    reqs: list[Requirement], objects: list[DetectedObject], words: str | None
+    reqs: list[Requirement],
+    objects: list[DetectedObject],
+    words: str | None,
+    *,
+    unclear_margin: float = UNCLEAR_MARGIN,
 ) -> list[RequirementResult]:
-    """Check requirements against detected objects and OCR'd text (``None``: not read)."""
+    """Check requirements against detected objects and OCR'd text (``None``: not read).
+    An object of unclear shape (see ``DetectedObject.clear_shape``) is no shape at all:
+    it never counts as the colour+shape a requirement names; ``unclear_margin=0`` reads
+    every object as its best shape (forced choice)."""
+    shapes = [o.clear_shape(unclear_margin) for o in objects]
     out = []
     for r in reqs:
-        same = [o for o in objects if o.color == r.color and o.shape == r.shape]
+        same = [
+            o for o, s in zip(objects, shapes, strict=True) if o.color == r.color and s == r.shape
+        ]
+        unclear = sum(
+            o.color == r.color and s is None for o, s in zip(objects, shapes, strict=True)
+        )
+        note = f" ({unclear} {r.color} of unclear shape)" if unclear else ""
         if r.kind == "object":
-            ok, detail = bool(same), f"{len(same)} found"
+            ok, detail = bool(same), f"{len(same)} found{note}"
         elif r.kind == "position":
             cells = sorted({CELLS[o.cell] for o in same})
-            ok, detail = any(o.cell == r.cell for o in same), f"found at {cells}"
+            ok, detail = any(o.cell == r.cell for o in same), f"found at {cells}{note}"
         elif r.kind == "count":
-            ok, detail = len(same) == r.count, f"{len(same)} found"
+            ok, detail = len(same) == r.count, f"{len(same)} found{note}"
         elif r.kind == "total":
             ok, detail = len(objects) == r.count, f"{len(objects)} shapes found"
         else:
@@ -184,11 +229,14 @@ def verify(
     *,
     ocr: OcrEngine | None = None,
     max_color_distance: float = COLOR_DISTANCE,
+    unclear_margin: float = UNCLEAR_MARGIN,
 ) -> Verification:
     """Score how well (h, w, 3) uint8 RGB ``image`` follows a prompt or scene spec.
 
     Word requirements need ``ocr`` (a ``krea2.curate.ocr.OcrEngine``); without one they
-    fail with detail "not read", so a reward never silently skips them.
+    fail with detail "not read", so a reward never silently skips them. An object whose
+    shape is unclear (template IoU margin below ``unclear_margin``) fails every shape
+    requirement; the forced-choice reads are kept in ``forced_results``.
     """
     reqs = (
         scene_requirements(prompt_or_scene)
@@ -199,4 +247,8 @@ def verify(
     words = None
     if ocr is not None and any(r.kind == "word" for r in reqs):
         words = ocr.read(image).text
-    return Verification(tuple(check(reqs, objects, words)), tuple(objects))
+    results = tuple(check(reqs, objects, words, unclear_margin=unclear_margin))
+    forced = (
+        tuple(check(reqs, objects, words, unclear_margin=0.0)) if unclear_margin > 0 else results
+    )
+    return Verification(results, tuple(objects), forced, unclear_margin)
