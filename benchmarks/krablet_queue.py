@@ -10,17 +10,25 @@ run, sequentially. Peers are installed in a throwaway virtual environment, never
     curl -L -o /tmp/pgq_benchmark.py \\
         https://raw.githubusercontent.com/janbjorge/pgqueuer/main/tools/benchmark.py
     uv run --no-sync python benchmarks/krablet_queue.py --peer-python /tmp/peerbench/bin/python \\
-        --pgqueuer-driver /tmp/pgq_benchmark.py
+        --pgqueuer-driver /tmp/pgq_benchmark.py --write-docs
 
-Sections (each prints one line per measurement; all numbers land in --out as JSON):
+Sections (each prints one line per measurement; the numbers land in --out as JSON, or with
+--write-docs in benchmarks/results/queue.json and the queue section of docs/benchmarks.md):
   drain     50,000 no-op jobs, 5 dequeuers, batch 100: krablet Worker vs PgQueuer's driver
             (``-s drain``) vs procrastinate (concurrency 5; it claims one job per call).
   leased    krablet claim+complete throughput (4 processes, batch 50) on an empty-headed queue,
             then with 50,000 leased-but-unfinished rows at the head; and, for contrast, the
             lock-held design (reference claim.sql via pgbench) with 0 and 50,000 locked rows.
-  funnel    contended upserts on 10,000 keys: single-row psycopg upserts (8 threads), the funnel
-            at batch 100, and the pgbench ceiling (100 sorted keys per INSERT … ON CONFLICT,
-            8 clients).
+  funnel    upserts, uncontended (1,000,000 keys) then contended (10,000 keys): single-row
+            psycopg upserts (8 threads), then 3 rounds of the funnel (8 writers, one producer
+            thread calling upsert with 100 random keys) and the pgbench ceiling (100 sorted keys
+            per INSERT … ON CONFLICT, 8 clients) back to back. Both commit durably
+            (synchronous_commit on); compared on rows *written* (the server's n_tup_ins +
+            n_tup_upd, so rows coalesced in the funnel's buffer do not count), with CPU seconds
+            per 1,000 rows written for the client process and for the server (the postmaster and
+            its children, from /proc), and the commit latency of a one-row durable UPDATE
+            measured by pgbench at the start of each round. pgbench is pgserver's own, else the
+            system's; without one the pgbench rows say it is unavailable.
 Without --peer-python the peer rows are skipped (and say so).
 """
 
@@ -32,8 +40,10 @@ import multiprocessing as mp
 import os
 import random
 import re
+import resource
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,7 +55,8 @@ import psycopg
 
 from krea2.krablet import Job, Table, Warehouse, start_shard, stop_shard
 
-PGBIN = None  # set in main: pgserver's bin directory (pgbench, psql)
+PGBENCH: str | None = None  # set in main: pgserver's pgbench, else the system's, else None
+FUNNEL_WRITERS = 8  # writers per shard, as `krea2 krablet funnel` runs the funnel
 
 
 def log(msg: str) -> None:
@@ -60,6 +71,11 @@ def new_db(base_dsn: str) -> tuple[str, str]:
     return base.rsplit("/", 1)[0] + f"/{name}?{query}", name
 
 
+def drop_db(base_dsn: str, name: str) -> None:
+    with psycopg.connect(base_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def socket_dir(dsn: str) -> str:
     return re.search(r"host=([^&]+)", dsn).group(1)
 
@@ -68,7 +84,7 @@ def pgbench(dsn: str, db: str, script: str, seconds: int, clients: int = 8, **de
     path = Path(tempfile.mkstemp(suffix=".sql")[1])
     path.write_text(script)
     cmd = [
-        str(PGBIN / "pgbench"),
+        PGBENCH,
         "-h",
         socket_dir(dsn),
         "-U",
@@ -79,7 +95,7 @@ def pgbench(dsn: str, db: str, script: str, seconds: int, clients: int = 8, **de
         "-c",
         str(clients),
         "-j",
-        "2",
+        str(min(2, clients)),
         "-f",
         str(path),
     ]
@@ -89,7 +105,12 @@ def pgbench(dsn: str, db: str, script: str, seconds: int, clients: int = 8, **de
     path.unlink()
     tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
     failed = re.search(r"number of failed transactions: (\d+)", out)
-    return {"tps": tps, "failed": int(failed.group(1)) if failed else 0}
+    latency = re.search(r"latency average = ([\d.]+) ms", out)
+    return {
+        "tps": tps,
+        "failed": int(failed.group(1)) if failed else 0,
+        "latency_ms": float(latency.group(1)) if latency else None,
+    }
 
 
 def table_writes(dsn: str, table: str) -> int:
@@ -344,17 +365,62 @@ ON CONFLICT (id) DO UPDATE SET v = kv.v + 1, updated_at = now();
 """
 
 
+def server_cpu(pgdata: Path) -> float | None:
+    """CPU seconds the server has used so far: the postmaster, its live children, and (through
+    the postmaster's cutime/cstime) every backend that has exited. None where /proc is absent."""
+
+    def fields(pid: str) -> list[str]:  # /proc/PID/stat after the command name: state is [0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    try:
+        pid = (pgdata / "postmaster.pid").read_text().split()[0]
+        ticks = sum(int(x) for x in fields(pid)[11:15])  # utime, stime, cutime, cstime
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    f = fields(d.name)
+                except OSError:
+                    continue  # exited meanwhile: now in the postmaster's cutime
+                if f[1] == pid:
+                    ticks += int(f[11]) + int(f[12])
+    except (OSError, IndexError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def commit_latency_ms(base: str, seconds: int) -> float:
+    """Mean latency of a one-row durable UPDATE from one pgbench client: one WAL flush each."""
+    dsn, db = new_db(base)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE one (id int PRIMARY KEY, v bigint)")
+        conn.execute("INSERT INTO one VALUES (1, 0)")
+    ms = pgbench(dsn, db, "UPDATE one SET v = v + 1 WHERE id = 1;\n", seconds, 1)["latency_ms"]
+    drop_db(base, db)
+    return ms
+
+
 def kv_db(base: str, keys: int) -> tuple[str, str]:
     dsn, db = new_db(base)
     Warehouse.open([dsn], tables=[KV]).close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO kv SELECT g, 0, now() FROM generate_series(1, %s) g", (keys,))
         conn.execute("VACUUM ANALYZE kv")
+        conn.execute("CHECKPOINT")  # every run starts without the seed's dirty pages
     return dsn, db
 
 
 def single_row_upserts(base: str, keys: int, threads: int, seconds: float) -> dict:
-    dsn, _ = kv_db(base, keys)
+    dsn, db = kv_db(base, keys)
     counts = [0] * threads
 
     def run(i: int) -> None:
@@ -375,68 +441,201 @@ def single_row_upserts(base: str, keys: int, threads: int, seconds: float) -> di
         t.start()
     for t in ts:
         t.join()
-    return {"rows_per_s": sum(counts) / (time.perf_counter() - t0), "threads": threads}
+    dt = time.perf_counter() - t0
+    drop_db(base, db)
+    return {"rows_per_s": sum(counts) / dt, "threads": threads}
 
 
-def funnel_upserts(base: str, keys: int, batch: int, seconds: float) -> dict:
-    dsn, _ = kv_db(base, keys)
+def funnel_upserts(base: str, pgdata: Path, keys: int, call_rows: int, seconds: float) -> dict:
+    """One producer thread upserts ``call_rows`` random keys per call for ``seconds``, then
+    flushes (durable: every accepted row is committed before the clock stops)."""
+    dsn, db = kv_db(base, keys)
     wh = Warehouse.open([dsn], tables=[KV], migrate=False)
     before = table_writes(dsn, "kv")
-    f = wh.funnel(max_batch=batch, writers_per_shard=8)  # as `krea2 krablet funnel` runs it
+    f = wh.funnel(writers_per_shard=FUNNEL_WRITERS)  # as `krea2 krablet funnel` runs it
     rng = random.Random(1)
     accepted = 0
+    cpu0, producer0, server0 = own_cpu(), time.thread_time(), server_cpu(pgdata)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        ks = sorted({rng.randrange(1, keys + 1) for _ in range(batch)})
+        ks = sorted({rng.randrange(1, keys + 1) for _ in range(call_rows)})
         f.upsert("kv", [{"id": k, "v": accepted + j} for j, k in enumerate(ks)])
         accepted += len(ks)
-    f.flush()  # durable: every accepted row is committed before the clock stops
+    producer = time.thread_time() - producer0
+    f.flush()
     dt = time.perf_counter() - t0
-    written = f.rows_written
+    cpu, server1 = own_cpu() - cpu0, server_cpu(pgdata)
+    sent = f.rows_written
     f.close()
     wh.close()
     time.sleep(1.0)  # closed backends report their counters asynchronously
-    db_rows = table_writes(dsn, "kv") - before
+    written = table_writes(dsn, "kv") - before
+    drop_db(base, db)
     return {
+        "seconds": dt,
         "accepted_rows_per_s": accepted / dt,
-        "written_rows_per_s": written / dt,
-        "db_rows_per_s": db_rows / dt,
+        "sent_rows_per_s": sent / dt,
+        "rows_per_s": written / dt,  # rows written, read back from the server's counters
         "statements": f.batches_written,
+        "cpu_per_1k": 1000 * cpu / written,
+        "producer_cpu_per_1k": 1000 * producer / written,
+        "server_cpu_per_1k": None if server0 is None else 1000 * (server1 - server0) / written,
+        "process_cores": cpu / dt,
     }
 
 
-def pgbench_ceiling(base: str, keys: int, seconds: int) -> dict:
+def pgbench_ceiling(base: str, pgdata: Path, keys: int, seconds: int) -> dict:
     dsn, db = kv_db(base, keys)
     before = table_writes(dsn, "kv")
+    client0, server0 = children_cpu(), server_cpu(pgdata)
     t0 = time.perf_counter()
     res = pgbench(dsn, db, UPSERT100, seconds, K=keys)
     dt = time.perf_counter() - t0
+    time.sleep(0.5)  # the postmaster reaps the exited backends (their CPU lands in cutime)
+    client, server1 = children_cpu() - client0, server_cpu(pgdata)
     rows = table_writes(dsn, "kv") - before
+    drop_db(base, db)
     return {
         "statements_per_s": res["tps"],
         "rows_per_s": rows / dt,
         "failed": res["failed"],
-        "rows_per_s_from_tps": res["tps"] * 99.5,
+        "cpu_per_1k": 1000 * client / rows,
+        "server_cpu_per_1k": None if server0 is None else 1000 * (server1 - server0) / rows,
     }
 
 
+def medians(runs: list[dict]) -> dict:
+    """Each numeric field's median over the runs."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0] if runs[0][k] is not None}
+
+
+def funnel_line(base: str, pgdata: Path, keys: int, secs: int, rounds: int) -> dict:
+    """Single-row upserts once, then ``rounds`` rounds of the funnel and pgbench back to back
+    (alternating which goes first), each on a fresh table, with the commit latency measured at
+    the start of every round. Ratios are per round (the two ran under the same conditions);
+    the line reports their median."""
+    r: dict = {"knobs": {"keys": keys, "call_rows": 100, "seconds": secs, "rounds": rounds}}
+    r["single_row"] = single_row_upserts(base, keys, 8, secs)
+    runs: dict[str, list] = {"funnel": [], "pgbench": [], "commit_latency_ms": []}
+    for i in range(rounds):
+        if PGBENCH is not None:
+            runs["commit_latency_ms"].append(commit_latency_ms(base, 2))
+        for who in ("funnel", "pgbench")[:: 1 if i % 2 == 0 else -1]:
+            if who == "funnel":
+                runs["funnel"].append(funnel_upserts(base, pgdata, keys, 100, secs))
+            elif PGBENCH is not None:
+                runs["pgbench"].append(pgbench_ceiling(base, pgdata, keys, secs))
+    r["rounds"] = runs
+    f, one = medians(runs["funnel"]), r["single_row"]["rows_per_s"]
+    r["funnel"] = f
+    r["funnel_over_single_row"] = f["rows_per_s"] / one
+    msg = f"  funnel/single-row {r['funnel_over_single_row']:.1f}x (target >= 10)"
+    if runs["pgbench"]:
+        r["pgbench"] = medians(runs["pgbench"])
+        pairs = zip(runs["funnel"], runs["pgbench"], strict=True)
+        ratios = [a["rows_per_s"] / b["rows_per_s"] for a, b in pairs]
+        r["ratios"] = ratios
+        r["funnel_over_pgbench"] = statistics.median(ratios)
+        r["commit_latency_ms"] = statistics.median(runs["commit_latency_ms"])
+        msg += (
+            f", funnel/pgbench {r['funnel_over_pgbench']:.2f} (target >= 0.8; rounds: "
+            + ", ".join(f"{x:.2f}" for x in ratios)
+            + "; commit latency ms: "
+            + ", ".join(f"{x:.2f}" for x in runs["commit_latency_ms"])
+            + ")"
+        )
+    ceil = r["pgbench"]["rows_per_s"] if "pgbench" in r else float("nan")
+    log(
+        f"upsert {keys} keys, rows written/s (medians): single-row psycopg x8 {one:8.0f} | funnel "
+        f"{f['rows_per_s']:8.0f} ({f['accepted_rows_per_s']:.0f} accepted) | pgbench {ceil:8.0f}"
+    )
+    log(msg)
+    for who in ("funnel", "pgbench"):
+        if who in r:
+            c = r[who]
+            server = c.get("server_cpu_per_1k")
+            log(
+                f"  {who} CPU-s per 1k rows written: client {c['cpu_per_1k']:.4f}, server "
+                + ("unmeasured" if server is None else f"{server:.4f}")
+            )
+    return r
+
+
 # ---------------------------------------------------------------------------------------------
-# docs/benchmarks.md section
+# docs/benchmarks.md section (written by benchmarks.report, which checks the page first)
 # ---------------------------------------------------------------------------------------------
 
-BEGIN, END = "<!-- queue:begin -->", "<!-- queue:end -->"
+SECTIONS = ("drain", "leased", "funnel_contended", "funnel_uncontended")
+
+
+def _cpu(c: dict, key: str) -> str:
+    return "unmeasured" if c.get(key) is None else f"{c[key]:.4f}"
+
+
+def _cores(c: dict) -> str:
+    """'client X + server Y cores' busy during a run: CPU per row times rows per second."""
+    client = c["cpu_per_1k"] * c["rows_per_s"] / 1000
+    server = c.get("server_cpu_per_1k")
+    return f"{client:.2f} + " + (
+        "?" if server is None else f"{server * c['rows_per_s'] / 1000:.2f}"
+    )
+
+
+def render_funnel(res: dict, label: str, r: dict) -> list[str]:
+    k, f = r["knobs"], r["funnel"]
+    st = res["settings"]
+    lat = r.get("rounds", {}).get("commit_latency_ms")
+    latency = ", ".join(f"{x:.2f}" for x in lat or [])
+    lines = [
+        f"**Upserts, {label}** ({k['keys']:,} keys; one producer thread calls `upsert` with "
+        f"{k['call_rows']} random keys for {k['seconds']} s, then `flush()`; "
+        f"rounds of funnel and pgbench back to back: {k['rounds']}, medians; every commit "
+        f"durable on both sides: synchronous_commit {st.get('synchronous_commit')}, fsync "
+        f"{st.get('fsync')}, wal_sync_method {st.get('wal_sync_method')}"
+        + (f"; measured commit latency {latency} ms by round" if latency else "")
+        + "). Rows written are the server's own count (`n_tup_ins + n_tup_upd`), so writes "
+        "coalesced in the funnel's buffer do not count; CPU seconds per 1,000 rows written, the "
+        "funnel's process including its producer:",
+        "",
+        "| writer | rows written/s | ratio | client CPU-s/1k | server CPU-s/1k |",
+        "| --- | --- | --- | --- | --- |",
+        f"| single-row `INSERT … ON CONFLICT` through psycopg, 8 threads | "
+        f"{r['single_row']['rows_per_s']:,.0f} | 1 | | |",
+    ]
+    vs = f"**{r['funnel_over_single_row']:.1f}x** single-row (target ≥ 10)"
+    if "pgbench" in r:
+        rounds = ", ".join(f"{x:.2f}" for x in r["ratios"])
+        vs += f", **{r['funnel_over_pgbench']:.2f}** of pgbench (target ≥ 0.8; rounds {rounds})"
+    lines.append(
+        f"| funnel, {FUNNEL_WRITERS} writers ({f['accepted_rows_per_s']:,.0f} rows/s accepted) | "
+        f"{f['rows_per_s']:,.0f} | {vs} | {_cpu(f, 'cpu_per_1k')} "
+        f"(producer {_cpu(f, 'producer_cpu_per_1k')}) | {_cpu(f, 'server_cpu_per_1k')} |"
+    )
+    if "pgbench" in r:
+        p = r["pgbench"]
+        lines.append(
+            f"| pgbench, 100 sorted keys per `INSERT … ON CONFLICT`, 8 clients | "
+            f"{p['rows_per_s']:,.0f} | 1 | {_cpu(p, 'cpu_per_1k')} | "
+            f"{_cpu(p, 'server_cpu_per_1k')} |"
+        )
+    else:
+        lines.append("| pgbench | unavailable | neither pgserver's bin nor PATH has it | | |")
+    lines += ["", f"Cores busy (client + server): funnel {_cores(f)}"]
+    if "pgbench" in r:
+        lines[-1] += f", pgbench {_cores(r['pgbench'])}"
+    lines[-1] += f" of {res['cpus']}."
+    return [*lines, ""]
 
 
 def render(res: dict) -> str:
     st = res["settings"]
     lines = [
-        BEGIN,
         "## Queue and funnel (`benchmarks/krablet_queue.py`)",
         "",
         f"One embedded PostgreSQL {st.get('server_version')} (pgserver), stock durable settings "
         f"(fsync {st.get('fsync')}, synchronous_commit {st.get('synchronous_commit')}, "
         f"shared_buffers {int(st.get('shared_buffers', 0)) * 8 // 1024} MB), {res['cpus']} CPUs "
-        "shared by Postgres and the clients, everything run sequentially in one run. "
+        "shared by Postgres and the clients, sections run one after another. "
         "Peers come from a throwaway venv; PgQueuer's own `tools/benchmark.py` ran unchanged.",
         "",
     ]
@@ -444,7 +643,8 @@ def render(res: dict) -> str:
         d = res["drain"]
         k = d["knobs"]
         lines += [
-            f"**Drain** {k['jobs']:,} no-op jobs, {k['dequeuers']} dequeuers, batch {k['batch']}:",
+            f"**Drain** {k['jobs']:,} no-op jobs, {k['dequeuers']} dequeuers, batch {k['batch']}"
+            f"{_when(res, 'drain')}:",
             "",
             "| system | jobs/s | notes |",
             "| --- | --- | --- |",
@@ -471,71 +671,75 @@ def render(res: dict) -> str:
         lines += [
             f"**Claims with {k['leased']:,} leased-but-unfinished rows at the head** "
             f"({k['rows']:,}-row wide table, {k['processes']} processes, batch {k['batch']}, "
-            f"{k['seconds']} s each):",
+            f"{k['seconds']} s each){_when(res, 'leased')}:",
             "",
             "| design | empty head jobs/s | held head jobs/s | ratio |",
             "| --- | --- | --- | --- |",
             f"| krablet lease (narrow queue table) | {kr['empty_head']:,.0f} | "
             f"{kr['leased_head']:,.0f} | "
             f"**{kr['ratio']:.2f}** (target ≥ 0.75) |",
-            f"| lock held for the job (reference claim.sql, pgbench x8) | {lh['no_locks']:,.0f} | "
-            f"{lh['locked_head']:,.0f} | {lh['ratio']:.2f} |",
-            "",
         ]
-    for label in ("contended", "uncontended"):
-        r = res.get(f"funnel_{label}")
-        if not r:
-            continue
-        k = r["knobs"]
-        f = r["funnel"]
-        lines += [
-            f"**Upserts, {label}** ({k['keys']:,} keys, {k['seconds']} s, durable commits):",
-            "",
-            "| writer | rows/s | ratio |",
-            "| --- | --- | --- |",
-            f"| single-row `INSERT … ON CONFLICT` through psycopg, 8 threads | "
-            f"{r['single_row']['rows_per_s']:,.0f} | 1 |",
-            "| funnel, batch 100, 8 writers (rows accepted and flushed durable) | "
-            f"{f['accepted_rows_per_s']:,.0f} | "
-            f"**{r['funnel_over_single_row']:.1f}x** single-row (target ≥ 10), "
-            f"**{r['funnel_over_pgbench']:.2f}** of pgbench (target ≥ 0.8) |",
-            "| … rows written after coalescing repeated keys | "
-            f"{f['written_rows_per_s']:,.0f} | "
-            f"{r['funnel_written_over_pgbench']:.2f} of pgbench |",
-            f"| pgbench, 100 sorted keys per `INSERT … ON CONFLICT`, 8 clients | "
-            f"{r['pgbench']['rows_per_s']:,.0f} | ceiling |",
-            "",
-        ]
+        if lh:
+            lines.append(
+                f"| lock held for the job (reference claim.sql, pgbench x8) | "
+                f"{lh['no_locks']:,.0f} | {lh['locked_head']:,.0f} | {lh['ratio']:.2f} |"
+            )
+        lines.append("")
+    for label in ("uncontended", "contended"):
+        if r := res.get(f"funnel_{label}"):
+            lines += render_funnel(res, label, r)
+    if "funnel_uncontended" in res:
+        lines += [FUNNEL_NOTE, ""]
     lines += [
         "Reproduce: see the docstring of `benchmarks/krablet_queue.py` (peer venv, then "
         "`uv run --no-sync python benchmarks/krablet_queue.py "
         "--peer-python /tmp/peerbench/bin/python "
-        "--pgqueuer-driver /tmp/pgq_benchmark.py --write-docs docs/benchmarks.md`). "
-        "Raw numbers: `benchmarks/results/queue.json`.",
-        "",
-        f"_{res['started']} – {res.get('finished', '')} UTC, {res['cpus']} CPUs; other work was "
-        "running on the machine, so treat ±25% as noise._",
-        END,
+        "--pgqueuer-driver /tmp/pgq_benchmark.py --write-docs`). "
+        "Raw numbers: `benchmarks/results/queue.json`. Other work may have been running on the "
+        "machine: treat ±25% as noise.",
     ]
     return "\n".join(lines)
 
 
-def write_docs(path: str, res: dict) -> None:
-    p = Path(path)
-    text = p.read_text() if p.exists() else "# Benchmarks\n"
-    block = render(res)
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    p.write_text(text)
+FUNNEL_NOTE = "What bounds the funnel on this machine: see docs/krablet.md, *The funnel*."
+
+
+def _when(res: dict, section: str) -> str:
+    """' (measured DATE)' for a section carried over from an earlier run, else ''."""
+    when = res.get("when_by_section", {}).get(section)
+    return f" (measured {when} UTC)" if when and when != res["started"] else ""
+
+
+def merged_with_previous(results: dict, previous: Path) -> dict:
+    """This run's results, plus the sections it did not run from the last saved run (each
+    keeping the date it was measured), so a partial run rewrites the whole docs section."""
+    out = dict(results)
+    whens = out.setdefault("when_by_section", {})
+    for s in SECTIONS:
+        if s in results:
+            whens[s] = results["started"]
+    if previous.exists():
+        old = json.loads(previous.read_text())
+        for s in SECTIONS:
+            if s not in out and s in old:
+                out[s] = old[s]
+                whens[s] = old.get("when_by_section", {}).get(s, old.get("started"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
 
 
+def find_pgbench() -> str | None:
+    """pgserver's pgbench (the server's own version), else one on PATH, else None."""
+    import pgserver
+
+    own = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+    return str(own) if own.exists() else shutil.which("pgbench")
+
+
 def main() -> None:
-    global PGBIN
+    global PGBENCH
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -545,18 +749,28 @@ def main() -> None:
     ap.add_argument("--pgqueuer-driver", help="PgQueuer's tools/benchmark.py (run unchanged)")
     ap.add_argument("--sections", default="drain,leased,funnel")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    ap.add_argument("--out", default="benchmarks/results/queue.json")
-    ap.add_argument("--write-docs", help="update this file's queue section (docs/benchmarks.md)")
+    ap.add_argument("--out", default="benchmarks/results/queue.json", help="without --write-docs")
     ap.add_argument(
-        "--render-only", action="store_true", help="only re-render --out into --write-docs"
+        "--write-docs",
+        action="store_true",
+        help="save benchmarks/results/queue.json and the queue section of docs/benchmarks.md "
+        "(sections not run are carried over from the last saved run, with their dates)",
+    )
+    ap.add_argument(
+        "--render-only", action="store_true", help="only re-render the saved results into docs"
     )
     args = ap.parse_args()
-    if args.render_only:
-        write_docs(args.write_docs or "docs/benchmarks.md", json.loads(Path(args.out).read_text()))
-        return
-    import pgserver
+    if args.render_only or args.write_docs:
+        if __spec__ is None:  # run by path: `benchmarks.report` needs the repo root
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from benchmarks.report import ROOT, write_results
 
-    PGBIN = Path(pgserver.__file__).parent / "pginstall" / "bin"
+        saved = ROOT / "benchmarks" / "results" / "queue.json"
+    if args.render_only:
+        res = json.loads(saved.read_text())
+        write_results("queue", res, render(res))
+        return
+    PGBENCH = find_pgbench()
     q = args.quick
     root = Path(tempfile.mkdtemp(prefix="krablet-bench-", dir="/tmp"))
     root.chmod(0o755)
@@ -566,15 +780,17 @@ def main() -> None:
             conn.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN "
                 "('fsync', 'synchronous_commit', 'shared_buffers', 'server_version', "
-                "'full_page_writes')"
+                "'full_page_writes', 'wal_sync_method', 'commit_delay')"
             ).fetchall()
         )
     results: dict = {
         "settings": settings,
         "cpus": os.cpu_count(),
-        "started": time.strftime("%F %T"),
+        "started": time.strftime("%F %T", time.gmtime()),
+        "pgbench": PGBENCH,
     }
     log(f"postgres {settings}")
+    log(f"pgbench: {PGBENCH or 'unavailable (neither pgserver nor PATH has it): no pgbench rows'}")
     sections = set(args.sections.split(","))
     try:
         if "drain" in sections:
@@ -616,53 +832,33 @@ def main() -> None:
                 f"{held} leased at head {r['krablet']['leased_head']:8.0f} jobs/s "
                 f"(ratio {r['krablet']['ratio']:.2f}, target >= 0.75)"
             )
-            r["lock_held"] = lock_held_contrast(base, rows, held, secs, 50)
-            log(
-                f"claims lock-held  no locks {r['lock_held']['no_locks']:8.0f} jobs/s, "
-                f"{held} locked at head {r['lock_held']['locked_head']:8.0f} jobs/s "
-                f"(ratio {r['lock_held']['ratio']:.2f})"
-            )
+            r["lock_held"] = {}
+            if PGBENCH is not None:
+                r["lock_held"] = lock_held_contrast(base, rows, held, secs, 50)
+                log(
+                    f"claims lock-held  no locks {r['lock_held']['no_locks']:8.0f} jobs/s, "
+                    f"{held} locked at head {r['lock_held']['locked_head']:8.0f} jobs/s "
+                    f"(ratio {r['lock_held']['ratio']:.2f})"
+                )
         if "funnel" in sections:
-            secs = 4 if q else 8
+            secs, rounds = (4, 1) if q else (8, 3)
             for label, keys in (
-                ("contended", 10_000),
                 ("uncontended", 200_000 if q else 1_000_000),
+                ("contended", 10_000),
             ):
-                r = results[f"funnel_{label}"] = {
-                    "knobs": {"keys": keys, "batch": 100, "seconds": secs}
-                }
-                r["single_row"] = single_row_upserts(base, keys, 8, secs)
-                r["funnel"] = funnel_upserts(base, keys, 100, secs)
-                r["pgbench"] = pgbench_ceiling(base, keys, secs)
-                f, one, ceil = (
-                    r["funnel"],
-                    r["single_row"]["rows_per_s"],
-                    r["pgbench"]["rows_per_s"],
-                )
-                r["funnel_over_single_row"] = f["accepted_rows_per_s"] / one
-                r["funnel_over_pgbench"] = f["accepted_rows_per_s"] / ceil
-                r["funnel_written_over_pgbench"] = f["written_rows_per_s"] / ceil
-                log(
-                    f"upsert {label} ({keys} keys): single-row psycopg x8 {one:8.0f} rows/s"
-                    f" | funnel {f['accepted_rows_per_s']:8.0f} rows/s durable"
-                    f" ({f['written_rows_per_s']:.0f} written "
-                    f"after coalescing) | pgbench 100 sorted keys x8 {ceil:8.0f} rows/s"
-                )
-                log(
-                    f"  funnel/single-row {r['funnel_over_single_row']:.1f}x (target >= 10), "
-                    f"funnel/pgbench {r['funnel_over_pgbench']:.2f} (target >= 0.8; "
-                    f"written rows only: {r['funnel_written_over_pgbench']:.2f})"
-                )
+                results[f"funnel_{label}"] = funnel_line(base, root / "pg", keys, secs, rounds)
     finally:
         stop_shard(root / "pg", mode="immediate")
         shutil.rmtree(root, ignore_errors=True)
-        results["finished"] = time.strftime("%F %T")
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2))
-        log(f"results written to {args.out}")
+        results["finished"] = time.strftime("%F %T", time.gmtime())
         if args.write_docs:
-            write_docs(args.write_docs, results)
-            log(f"section written to {args.write_docs}")
+            results = merged_with_previous(results, saved)
+            write_results("queue", results, render(results))
+            log(f"results written to {saved}; section 'queue' of docs/benchmarks.md rewritten")
+        else:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(results, indent=2))
+            log(f"results written to {args.out}")
 
 
 if __name__ == "__main__":
