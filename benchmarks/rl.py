@@ -20,7 +20,7 @@ cost per request (a reward that returns zeros), and the aesthetic reward served 
 
 Writes benchmarks/results/rl.json and the ``rl`` section of docs/benchmarks.md.
 
-GRPO iteration (``--grpo-only``, or after the rest): one ``krea2.rl.grpo`` iteration on the
+GRPO iteration (``--grpo-only``, or after the rest): one ``krea2.rl.online`` iteration on the
 toy DiT split into rollout (SDE window with per-step log-probabilities), reward (the
 ShapesWorld rubric in-process) and training (the window's clipped-ratio loss, backward,
 AdamW step), against the bare Euler sampler and a bare flow-matching step on the same
@@ -465,8 +465,8 @@ def grpo_overhead(
 
     from krea2.curate import shapes
     from krea2.dit import euler_sample, flow, to_uint8
-    from krea2.rl.grpo import grpo_terms, sde_rollout, step_log_prob
-    from krea2.rl.grpo.objective import autoencoder_of
+    from krea2.rl.online import grpo_terms, sde_rollout, step_log_prob
+    from krea2.rl.online.objective import autoencoder_of
     from krea2.rl.rewards import ShapesRubricReward
     from krea2.trainer import load_stage_module
 

@@ -35,8 +35,8 @@ def averaged_module(pretrain_job, stage: int, work: Path, runs: list[str], step:
     import torch
     from peft.tuners.lora import LoraLayer
 
-    from krea2.rl.grpo import RlStageSettings
-    from krea2.rl.grpo.stage import stage_job
+    from krea2.rl.online import RlStageSettings
+    from krea2.rl.online.stage import stage_job
     from krea2.trainer import load_stage_module
     from krea2.trainer.lora import ADAPTER
 
@@ -84,8 +84,8 @@ def main() -> None:
     from krea2.infra.errors import UserError
     from krea2.pipeline import evaluation
     from krea2.pipeline.config import demo_training_job, load_demo_config
-    from krea2.rl.grpo import RlStageSettings
-    from krea2.rl.grpo.pool import read_records
+    from krea2.rl.online import RlStageSettings
+    from krea2.rl.online.pool import read_records
     from krea2.trainer import load_stage_module, sample_module
 
     cfg = load_demo_config(False)

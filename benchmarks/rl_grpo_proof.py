@@ -1,5 +1,5 @@
 """ShapesWorld proof of RL without CFG (rl part 2), on the demo's own pretrained model:
-DiffusionNFT and GRPO (``krea2.rl.grpo.rl_stage``) from the same start, with the same
+DiffusionNFT and GRPO (``krea2.rl.online.rl_stage``) from the same start, with the same
 rewards (the rubric verifier + 0.5 x the artifact reward, GDPO), the same curated prompt
 pool and the same rollout budget, measured on the demo's held-out prompts without CFG
 (every ``eval_every`` iterations, 1 seed: the curves against rollout images and wall time;
@@ -64,7 +64,7 @@ def demo_job(demo: Path):
 
 def partial(work: Path, name: str) -> dict | None:
     """A variant's logged curves when its run has not finished (None: nothing logged)."""
-    from krea2.rl.grpo.stage import curves
+    from krea2.rl.online.stage import curves
 
     c = curves(work / name)
     return c if c["step"] else None
@@ -89,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     from krea2.curate.shapes import concept_scene, eval_prompt
     from krea2.pipeline import evaluation
-    from krea2.rl.grpo import RlStageSettings, rl_stage
+    from krea2.rl.online import RlStageSettings, rl_stage
 
     cfg, job = demo_job(args.demo)
     split, held = evaluation.demo_concepts(cfg)
@@ -159,7 +159,7 @@ def main() -> None:
         f"{s.noise_level}), {s.inner_steps} inner steps, clip {s.clip}; DiffusionNFT: beta "
         f"{s.nft_beta}, ODE rollouts. Per variant:\n\n" + "\n".join(described) + "\n\n"
         "Artifact measures, the same for every row (computed here from the stored "
-        "samples): background noise = `krea2.rl.grpo.background_noise` (mean |high-pass| "
+        "samples): background noise = `krea2.rl.online.background_noise` (mean |high-pass| "
         "over the plain background, grey levels; no reward sees it), bound "
         f"{NOISE_BOUND:g}x the pretrained no-CFG value = {bound:.2f}; artifact = the head "
         "calibrated on the pretrained model's samples (`artifact-calibrated.npz`, "
@@ -188,7 +188,7 @@ CURVE_HEADERS = ["variant", "step", "rollout images", "RL minutes", "ShapesEval"
 
 
 def _at_evals(c: dict[str, list]) -> dict[str, list]:
-    """The rows of curves ``c`` (:func:`krea2.rl.grpo.stage.curves`) that carry an
+    """The rows of curves ``c`` (:func:`krea2.rl.online.stage.curves`) that carry an
     evaluation, every key kept."""
     keep = [i for i, v in enumerate(c["eval_shapes"]) if v is not None]
     return {k: [v[i] for i in keep] for k, v in c.items()}
@@ -209,7 +209,7 @@ def _artifacts(samples: str, head) -> tuple[float, float | str]:  # type: ignore
     """(mean background noise, mean calibrated artifact reward or '') of a samples file."""
     import numpy as np
 
-    from krea2.rl.grpo import background_noise
+    from krea2.rl.online import background_noise
 
     images = np.load(samples)
     flat = images.reshape(-1, *images.shape[2:])
@@ -221,7 +221,7 @@ def _differences(settings: dict, common: dict) -> str:
     """A variant's settings that differ from the common ones (and its objective)."""
     from dataclasses import asdict
 
-    from krea2.rl.grpo import RlStageSettings
+    from krea2.rl.online import RlStageSettings
 
     base = asdict(RlStageSettings(**common))
     keys = ["objective"] + [k for k in settings if k != "objective" and settings[k] != base[k]]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from krea2.infra.errors import UserError
-from krea2.rl.grpo import export_prompt_shards
+from krea2.rl.online import export_prompt_shards
 from krea2.trainer import load_job, read_metrics, validate_job, write_toy_shards
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -12,7 +12,7 @@ import torch
 
 from krea2.dit import flow
 from krea2.infra.errors import UserError
-from krea2.rl.grpo import (
+from krea2.rl.online import (
     GrpoConfig,
     OldPolicy,
     advantages,
@@ -35,7 +35,7 @@ from krea2.rl.grpo import (
     training_pool,
     transition,
 )
-from krea2.rl.grpo.advantage import batch_moments, gdpo_sum
+from krea2.rl.online.advantage import batch_moments, gdpo_sum
 
 
 class TinyVelocity(torch.nn.Module):
@@ -302,7 +302,7 @@ def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
         GrpoConfig(kl_beta=-0.1)
     with pytest.raises(ValueError, match="nft_weighting"):
         GrpoConfig(objective="nft", nft_weighting="x0")
-    from krea2.rl.grpo import RlRunConfig, RlStageSettings
+    from krea2.rl.online import RlRunConfig, RlStageSettings
 
     for bad in ({"hard_repeats": 0}, {"lr_decay_ratio": 1.5}, {"ema_decay": 1.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
@@ -318,8 +318,8 @@ def test_settings_and_prompt_shards_refuse_bad_input(tmp_path):
 
 
 def test_the_stage_job_runs_on_the_settings_seed(tmp_path):
-    from krea2.rl.grpo import RlStageSettings
-    from krea2.rl.grpo.stage import stage_job
+    from krea2.rl.online import RlStageSettings
+    from krea2.rl.online.stage import stage_job
     from krea2.trainer import JobConfig, StageConfig
 
     pretrain = JobConfig(seed=3, stages=[StageConfig(name="pretrain", resolution=32)])
@@ -331,3 +331,15 @@ def test_the_stage_job_runs_on_the_settings_seed(tmp_path):
         and repeat.stages
         == stage_job(pretrain, 0, tmp_path / "run", tmp_path / "shards", RlStageSettings()).stages
     )  # the seed alone differs
+
+
+def test_aggregations_are_named_as_trl_names_them_and_the_older_names_still_load():
+    from krea2.infra.config import ConfigError, build_config
+    from krea2.rl.online import Aggregation, GrpoConfig
+
+    assert Aggregation("gdpo") is Aggregation.NORMALIZE_THEN_SUM
+    assert Aggregation("sum") is Aggregation.SUM_THEN_NORMALIZE
+    old = build_config(GrpoConfig, {"aggregation": "sum"}, "grpo")
+    assert old.aggregation is Aggregation.SUM_THEN_NORMALIZE
+    with pytest.raises(ConfigError, match="grpo.aggregation.*normalize_then_sum"):
+        build_config(GrpoConfig, {"aggregation": "mean"}, "grpo")

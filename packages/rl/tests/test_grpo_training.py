@@ -26,11 +26,11 @@ def _launch(
 
 
 def _killed_after_two_steps(run: Path, *args: str) -> int:
-    """``krea2.rl.grpo.train ARGS`` held after 2 of its 3 steps (a pause point: it cannot
+    """``krea2.rl.online.train ARGS`` held after 2 of its 3 steps (a pause point: it cannot
     train on or finish first), SIGKILLed once its newest checkpoint begun (step 0; every step
     checkpoints, step 1's save comes after the pause) is complete; returns that step."""
     notice, saved = run.parent / "paused", newest_save_at(2, every=1)
-    proc = _launch(1, "krea2.rl.grpo.train", *args, env=held_env("rl", 2, notice))
+    proc = _launch(1, "krea2.rl.online.train", *args, env=held_env("rl", 2, notice))
     kill_when_held(proc, notice, run / "checkpoints" / "rl", saved)
     assert max(r["step"] for r in _rows(run)) == 1  # step 1 logged, then held
     return saved
@@ -112,7 +112,7 @@ def _rows(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def single_run(tmp_path_factory, pretrained) -> list[dict]:
     cfg = _config(tmp_path_factory.mktemp("single"), pretrained)
-    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg))).communicate(timeout=300)
+    out, _ = (proc := _launch(1, "krea2.rl.online.train", str(cfg))).communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     return _rows(cfg.parent / "run")
 
@@ -136,7 +136,7 @@ def test_first_inner_step_ratio_is_one_and_metrics_are_logged(single_run):
 @pytest.mark.slow
 def test_nft_objective_trains_on_the_same_loop(tmp_path, pretrained):
     cfg = _config(tmp_path, pretrained, "nft")
-    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--set",
+    out, _ = (proc := _launch(1, "krea2.rl.online.train", str(cfg), "--set",
                               "grpo.window_size=0", "--set", "grpo.window_start_max=0",
                               "--set", "grpo.kl_beta=0")).communicate(timeout=300)  # fmt: skip
     assert proc.returncode == 0, out[-3000:]
@@ -148,7 +148,7 @@ def test_nft_objective_trains_on_the_same_loop(tmp_path, pretrained):
 @pytest.mark.slow
 def test_nft_kl_term_is_zero_at_the_reference_and_grows_after_updates(tmp_path, pretrained):
     cfg = _config(tmp_path, pretrained, "nft")  # kl_beta = 0.1: the trainer keeps a reference
-    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--set",
+    out, _ = (proc := _launch(1, "krea2.rl.online.train", str(cfg), "--set",
                               "grpo.window_size=0", "--set",
                               "grpo.window_start_max=0")).communicate(timeout=300)  # fmt: skip
     assert proc.returncode == 0, out[-3000:]
@@ -162,7 +162,7 @@ def test_nft_kl_term_is_zero_at_the_reference_and_grows_after_updates(tmp_path, 
 def test_kill_and_resume_repeats_the_rollouts_and_losses(tmp_path, pretrained, single_run):
     cfg = _config(tmp_path, pretrained)
     saved = _killed_after_two_steps(tmp_path / "run", str(cfg))
-    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(cfg), "--resume")).communicate(
+    out, _ = (proc := _launch(1, "krea2.rl.online.train", str(cfg), "--resume")).communicate(
         timeout=300
     )
     assert proc.returncode == 0, out[-3000:]
@@ -181,7 +181,7 @@ NFT_OLD = ["--set", "grpo.window_size=0", "--set", "grpo.window_start_max=0", "-
 @pytest.mark.slow
 def test_nft_old_policy_is_checkpointed_and_a_resume_repeats_the_run(tmp_path, pretrained):
     whole = _config(tmp_path / "whole", pretrained, "nft")
-    out, _ = (proc := _launch(1, "krea2.rl.grpo.train", str(whole), *NFT_OLD)).communicate(
+    out, _ = (proc := _launch(1, "krea2.rl.online.train", str(whole), *NFT_OLD)).communicate(
         timeout=300
     )
     assert proc.returncode == 0, out[-3000:]
@@ -190,7 +190,7 @@ def test_nft_old_policy_is_checkpointed_and_a_resume_repeats_the_run(tmp_path, p
     run = tmp_path / "cut" / "run"
     # killed after step 1: the resume loads (step 0's) old policy, which lags the weights
     saved = _killed_after_two_steps(run, str(cut), *NFT_OLD)
-    args = ("krea2.rl.grpo.train", str(cut), "--resume", *NFT_OLD)
+    args = ("krea2.rl.online.train", str(cut), "--resume", *NFT_OLD)
     out, _ = (proc := _launch(1, *args)).communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     assert f"resumed stage rl at step {saved + 1}" in out
@@ -208,7 +208,7 @@ def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, pretrained):
     runs = {}
     for nproc in (1, 2):
         cfg = _config(tmp_path / f"ranks{nproc}", pretrained, every=0)
-        proc = _launch(nproc, "krea2.rl.grpo.train", str(cfg), "--set", "grpo.inner_steps=1")
+        proc = _launch(nproc, "krea2.rl.online.train", str(cfg), "--set", "grpo.inner_steps=1")
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]
         runs[nproc] = _rows(cfg.parent / "run")

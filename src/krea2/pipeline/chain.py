@@ -96,7 +96,7 @@ def measure_chain(
     differences to the model before, each ``{"delta", "se"}``)."""
     from krea2.curate.shapes import shapes_eval
     from krea2.infra.atomic import cached_array
-    from krea2.rl.grpo import background_noise, shapes_rewards
+    from krea2.rl.online import background_noise, shapes_rewards
     from krea2.trainer import sample_stage
 
     work.mkdir(parents=True, exist_ok=True)

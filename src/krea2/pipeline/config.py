@@ -20,7 +20,7 @@ from pathlib import Path
 
 from krea2.expander import ExpanderStageSettings
 from krea2.infra import ConfigError, UserError, load_config
-from krea2.rl.grpo import RlStageSettings
+from krea2.rl.online import RlStageSettings
 from krea2.rl.preference import PreferenceStageSettings
 from krea2.trainer import JobConfig
 

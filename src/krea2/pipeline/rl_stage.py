@@ -1,5 +1,5 @@
 """Demo stage ``rl``: the final pretrained model RL-tuned without CFG
-(``krea2.rl.grpo.rl_stage``: DiffusionNFT or GRPO, the rubric verifier + the artifact
+(``krea2.rl.online.rl_stage``: DiffusionNFT or GRPO, the rubric verifier + the artifact
 reward aggregated by GDPO, a curated prompt pool of training-concept prompts), measured on
 the held-out prompts with and without CFG against the pretrained model."""
 
@@ -26,7 +26,7 @@ def run_demo_stage(
 ) -> dict:
     """RL-tune ``job``'s final stage with the recipe's ``[rl]`` settings, evaluated as
     ShapesEval does (``[eval]``'s steps, seeds and CFG); resumable under ``work``."""
-    from krea2.rl.grpo import rl_stage
+    from krea2.rl.online import rl_stage
 
     s = replace(cfg.rl, eval_steps=cfg.eval.steps, eval_cfg=cfg.eval.cfg,
                 eval_seeds=list(cfg.eval.seeds))  # fmt: skip
@@ -109,7 +109,7 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
         f"{result['settings'].get('aggregation', 'gdpo').upper()}; DiffusionNFT's old "
         f"policy decay {result['settings'].get('nft_old_decay', 0)}; sampling without CFG during "
         "training. Background noise: mean |high-pass| over the plain background in grey "
-        "levels (krea2.rl.grpo.background_noise), which no reward sees; reward hacking "
+        "levels (krea2.rl.online.background_noise), which no reward sees; reward hacking "
         "laid a grid over it (~9 against ~0.5); the guard stops the run above "
         f"{result['settings'].get('noise_bound')} x the start.</p>"
     )

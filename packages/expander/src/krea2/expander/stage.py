@@ -170,7 +170,7 @@ def run_expander_stage(
         calibrated on the DiT's renders of training requests (saved under ``work``)."""
         rewards: dict[str, Any] = {"rubric": _rubric()}
         if s.artifact_weight > 0:
-            from krea2.rl.grpo import shapes_rewards
+            from krea2.rl.online import shapes_rewards
 
             scenes = list(train_scenes)[:64]
             prompts = [r.text for r in scene_requests(scenes, 1, s.seed, s.target)]

@@ -20,7 +20,7 @@ class ExpanderStageSettings:
     GDPO: ``gdpo_steps`` steps of ``gdpo_prompts`` requests × ``group`` expansions, each
     rendered by the DiT with ``render_steps`` Euler steps and ``render_cfg``; reward weights
     faithfulness 1, rubric 1, diversity ``diversity_weight`` and, when ``artifact_weight`` > 0,
-    the artifact reward (its head calibrated on the DiT's own renders, `krea2.rl.grpo.
+    the artifact reward (its head calibrated on the DiT's own renders, `krea2.rl.online.
     shapes_rewards`) with that weight. ``ablate_diversity`` also trains
     a second GDPO run with the diversity weight at 0 (its reward is still logged).
     Evaluation: ``requests_per_concept`` requests per held-out scene, sampled as ShapesEval

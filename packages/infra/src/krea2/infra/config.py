@@ -5,11 +5,10 @@ A config is a tree of dataclasses. Leaves may be ``bool``, ``int``, ``float``, `
 ``dict[str, X]``. Every mistake raises :class:`ConfigError`, one message naming the key,
 the file and the closest valid key.
 
-A ``dict[str, <dataclass>]`` field holds named sections (``stages.256``): a file's
-``[stages.256]`` table or ``--set stages.256.max_aspect=2.5`` changes only the fields it
-names, on top of that entry's default; the other entries keep theirs. A plain
-``dict[str, X]`` given by a file replaces the default; ``--set weights.a=0.5`` changes one
-key and keeps the others.
+A ``dict[str, <dataclass>]`` field holds named sections (``stages.256``): a file's table or
+``--set stages.256.max_aspect=2.5`` changes only the fields it names, on top of that
+entry's default. A plain ``dict[str, X]`` given by a file replaces the default; ``--set
+weights.a=0.5`` changes one key and keeps the others.
 """
 
 from __future__ import annotations
@@ -39,14 +38,11 @@ def _source(where: str | None) -> str:
     return f" in {where}" if where else ""
 
 
-def _initials(name: str) -> str:
-    return "".join(part[0] for part in name.split("_") if part)
-
-
 def _similarity(a: str, b: str) -> float:
     """Spelling similarity in [0, 2]; abbreviations (lr ~ learning_rate) count as close."""
     score = difflib.SequenceMatcher(None, a, b).ratio()
-    if _initials(a) == b or _initials(b) == a or a.startswith(b) or b.startswith(a):
+    initials_a, initials_b = ("".join(p[0] for p in n.split("_") if p) for n in (a, b))
+    if initials_a == b or initials_b == a or a.startswith(b) or b.startswith(a):
         score += 1.0
     return score
 
@@ -117,7 +113,10 @@ def _coerce(value: Any, tp: Any, key: str, where: str | None) -> Any:
         for member in tp:
             if value == member.value or value == member.name:
                 return member
-        raise fail("one of " + ", ".join(repr(m.value) for m in tp))
+        try:  # the enum's own other spellings (its _missing_), e.g. an older name
+            return tp(value)
+        except ValueError:
+            raise fail("one of " + ", ".join(repr(m.value) for m in tp)) from None
     if tp is bool:
         if isinstance(value, bool):
             return value

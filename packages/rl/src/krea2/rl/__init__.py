@@ -6,7 +6,7 @@ Three parts, each a sub-package with its own ``__all__``:
   named sub-scores), the reward kinds, their composition, and reward servers/clients;
 * ``krea2.rl.preference``: preference pairs (on-policy generation, the pairs table, the
   annotation page) and preference optimization (Diffusion-DPO, STPO) on the trainer;
-* ``krea2.rl.grpo``: multi-reward RL without CFG (GRPO on SDE rollouts, DiffusionNFT),
+* ``krea2.rl.online``: multi-reward RL without CFG (GRPO on SDE rollouts, DiffusionNFT),
   prompt-pool curation and reward-hacking guards, on the trainer.
 
 and ``krea2.rl.serving``: what every HTTP server here and in ``krea2.expander`` checks
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 _HOMES: dict[str, str | None] = {
     "rewards": None,
     "preference": None,
-    "grpo": None,
+    "online": None,
     "serving": None,
     "objectives": None,
     "BadJson": "serving",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from krea2.rl.grpo import cli as grpo_cli
+from krea2.rl.online import cli as grpo_cli
 from krea2.rl.preference import cli as preference_cli
 from krea2.rl.rewards import cli as rewards_cli
 

@@ -4,8 +4,8 @@ Registered in ``krea2.objectives`` (this package's ``pyproject.toml``), so a job
 ``[[stages]]`` may name them and ``krea2 train --config`` runs them on the trainer's loop
 without the trainer importing ``krea2.rl``. A stage's ``[stages.settings]`` table is the
 objective's own config: :class:`~krea2.rl.preference.loss.PreferenceConfig` for ``dpo``
-and ``stpo`` (pair shards: ``krea2 rl export-pairs``), :class:`~krea2.rl.grpo.GrpoConfig`
-for ``grpo`` and ``nft`` (prompt shards: ``krea2.rl.grpo.export_prompt_shards``; the
+and ``stpo`` (pair shards: ``krea2 rl export-pairs``), :class:`~krea2.rl.online.GrpoConfig`
+for ``grpo`` and ``nft`` (prompt shards: ``krea2.rl.online.export_prompt_shards``; the
 rewards are specs of :func:`krea2.rl.rewards.load_reward`)::
 
     [[stages]]
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from krea2.rl.grpo.config import GrpoConfig
+from krea2.rl.online.config import GrpoConfig
 from krea2.rl.preference.loss import PreferenceConfig
 from krea2.trainer.objectives import ObjectiveSpec
 
@@ -42,8 +42,8 @@ def _pairs(stage: Any, where: str, dp: int) -> None:
 
 
 def _online(settings: GrpoConfig, stage: Any, job: Any) -> Any:
-    from krea2.rl.grpo.objective import GrpoObjective
-    from krea2.rl.grpo.train import load_rewards
+    from krea2.rl.online.objective import GrpoObjective
+    from krea2.rl.online.train import load_rewards
 
     return GrpoObjective(settings, load_rewards(settings))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from krea2.rl.grpo.advantage import Aggregation
+from krea2.rl.online.advantage import Aggregation
 
 NFT_WEIGHTINGS = ("velocity", "adaptive")
 
@@ -37,22 +37,22 @@ class GrpoConfig:
 
     Rewards: ``rewards`` name → reward spec (``krea2.rl.rewards.load_reward``; the demo
     passes in-process rewards), ``weights`` name → weight, aggregated by ``aggregation``
-    (``gdpo`` or ``sum``). Guards: with ``artifact_gate`` set, an image whose ``artifact``
-    reward is below it gets every other reward set to that reward's group minimum (no gain
-    from a defective image); ``artifact_bound`` (0..1): the run stops when the held-out
-    artifact reward falls below (1 - artifact_bound) x its value at the start;
-    ``noise_bound`` (> 1): the run stops when the held-out background noise
-    (:func:`krea2.rl.grpo.guards.background_noise`, an evaluation's ``bg_noise``) rises
-    above noise_bound x its value at the start.
+    (``normalize_then_sum``: GDPO; or ``sum_then_normalize``). Guards: with
+    ``artifact_gate`` set, an image whose ``artifact`` reward is below it gets every other
+    reward set to that reward's group minimum (no gain from a defective image);
+    ``artifact_bound`` (0..1): the run stops when the held-out artifact reward falls below
+    (1 - artifact_bound) x its value at the start; ``noise_bound`` (> 1): the run stops when
+    the held-out background noise (:func:`krea2.rl.online.guards.background_noise`, an
+    evaluation's ``bg_noise``) rises above noise_bound x its value at the start.
 
     Objective ``grpo``: ``inner_steps`` optimizer steps per rollout batch (its images split
     in that many minibatches), ratio clip ``clip``, ``kl_beta``. Objective ``nft``
     (DiffusionNFT): ``nft_beta``, ``nft_times`` forward-process times per image,
     ``nft_old_decay``: the sampling policy that rolls out and gives v_old is an EMA of the
     trained weights with this decay per iteration (0: the current weights;
-    :mod:`krea2.rl.grpo.old_policy`), ``nft_weighting``: ``velocity`` (the squared velocity
+    :mod:`krea2.rl.online.old_policy`), ``nft_weighting``: ``velocity`` (the squared velocity
     error) or ``adaptive`` (DiffusionNFT's: the clean-sample error normalised per sample,
-    :func:`krea2.rl.grpo.loss.nft_terms_adaptive`), and
+    :func:`krea2.rl.online.loss.nft_terms_adaptive`), and
     ``kl_beta`` x ‖v_θ - v_ref‖² (element mean, at the same noisy points) to the
     reference. With ``kl_beta`` > 0 the trainer keeps a frozen reference (the pre-RL
     weights)."""
@@ -67,7 +67,7 @@ class GrpoConfig:
     micro_batch: int = 32
     rewards: dict[str, str] = field(default_factory=lambda: {"rubric": "rubric"})
     weights: dict[str, float] = field(default_factory=lambda: {"rubric": 1.0})
-    aggregation: Aggregation = Aggregation.GDPO
+    aggregation: Aggregation = Aggregation.NORMALIZE_THEN_SUM
     artifact_gate: float | None = None
     artifact_bound: float | None = None
     noise_bound: float | None = None

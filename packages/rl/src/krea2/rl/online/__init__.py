@@ -1,4 +1,4 @@
-"""krea2.rl.grpo: multi-reward RL of a flow DiT without CFG: GRPO on SDE rollouts with
+"""krea2.rl.online: multi-reward RL of a flow DiT without CFG: GRPO on SDE rollouts with
 per-step log-probabilities, and DiffusionNFT on the same rollouts, on ``krea2.trainer``'s
 loop (see docs/rl.md: the ODE→SDE derivation for t = 1-is-noise, the objectives, GDPO).
 """

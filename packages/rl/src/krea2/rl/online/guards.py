@@ -1,7 +1,7 @@
 """Guards against reward hacking: the artifact reward as a gate on the other rewards, early
 stopping when the held-out artifact reward falls past a bound, and a reward-free artifact
 measure, :func:`background_noise` (the fine grid pattern RL on ShapesWorld produced), with
-its own bound (the objective, :class:`krea2.rl.grpo.objective.GrpoObjective`, calls
+its own bound (the objective, :class:`krea2.rl.online.objective.GrpoObjective`, calls
 :func:`artifact_alarm` and :func:`noise_alarm` on every evaluation)."""
 
 from __future__ import annotations

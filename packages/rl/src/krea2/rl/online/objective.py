@@ -1,12 +1,12 @@
 """GRPO and DiffusionNFT on the trainer's loop: one trainer step is one RL iteration.
 
-A step's batch rows are prompts (prompt shards, :mod:`krea2.rl.grpo.prompts`). The
+A step's batch rows are prompts (prompt shards, :mod:`krea2.rl.online.prompts`). The
 objective rolls out ``group_size`` images per prompt without CFG on the training module
 itself (FSDP: every rank rolls out its own prompts; all ranks run the same number of
 forwards), scores them in-process, turns the rewards into advantages and trains:
 ``inner_steps`` optimizer updates for GRPO (all but the last taken here, the last by the
 trainer), one for DiffusionNFT. With ``nft_old_decay`` > 0, DiffusionNFT rolls out with
-its old policy (:class:`~krea2.rl.grpo.old_policy.OldPolicy`, soft-updated at the start of
+its old policy (:class:`~krea2.rl.online.old_policy.OldPolicy`, soft-updated at the start of
 every iteration and checkpointed with the run).
 
 Every random draw (initial noise, SDE noise, window, NFT times) is seeded by (job seed,
@@ -25,13 +25,13 @@ import numpy as np
 import torch
 
 from krea2.dit import flow
-from krea2.rl.grpo.advantage import Aggregation, advantages, batch_moments, gdpo_sum
-from krea2.rl.grpo.config import GrpoConfig, RlObjective
-from krea2.rl.grpo.guards import artifact_alarm, gate_rewards, noise_alarm
-from krea2.rl.grpo.loss import gaussian_kl, grpo_terms
-from krea2.rl.grpo.nft_update import nft_update
-from krea2.rl.grpo.old_policy import OldPolicy
-from krea2.rl.grpo.sde import Rollout, sde_rollout, step_log_prob
+from krea2.rl.online.advantage import Aggregation, advantages, batch_moments, gdpo_sum
+from krea2.rl.online.config import GrpoConfig, RlObjective
+from krea2.rl.online.guards import artifact_alarm, gate_rewards, noise_alarm
+from krea2.rl.online.loss import gaussian_kl, grpo_terms
+from krea2.rl.online.nft_update import nft_update
+from krea2.rl.online.old_policy import OldPolicy
+from krea2.rl.online.sde import Rollout, sde_rollout, step_log_prob
 from krea2.rl.rewards import Reward
 from krea2.trainer import (
     DistEnv,
@@ -76,9 +76,9 @@ class GrpoObjective:
     ``eval_every`` steps and at the last; its numbers join the step's metrics (e.g.
     ``eval_shapes``, ``eval_artifact``). With ``gc.artifact_bound`` the run stops
     (:class:`krea2.trainer.TrainingStopped`) when ``eval_artifact`` falls below
-    (1 - bound) x its first value (:func:`~krea2.rl.grpo.guards.artifact_alarm`); with
+    (1 - bound) x its first value (:func:`~krea2.rl.online.guards.artifact_alarm`); with
     ``gc.noise_bound`` when ``eval_bg_noise`` rises above bound x its first value
-    (:func:`~krea2.rl.grpo.guards.noise_alarm`)."""
+    (:func:`~krea2.rl.online.guards.noise_alarm`)."""
 
     def __init__(
         self,
@@ -197,7 +197,7 @@ class GrpoObjective:
         }
         rewards = gate_rewards(raw, gc.artifact_gate) if gc.artifact_gate is not None else raw
         moments = None
-        if gc.aggregation is Aggregation.GDPO:
+        if gc.aggregation is Aggregation.NORMALIZE_THEN_SUM:
             local = torch.tensor(batch_moments(gdpo_sum(rewards, gc.weights)), dtype=torch.float64)
             moments = tuple(float(v) for v in all_reduce_sum(local, env))
         adv = np.clip(advantages(rewards, gc.weights, gc.aggregation, moments), -gc.adv_clip,
@@ -229,7 +229,7 @@ class GrpoObjective:
         bad_samples_counter: Any,
     ) -> dict[str, Any]:
         """One RL iteration (module docstring); metrics all-reduced over the dp ranks."""
-        from krea2.rl.grpo.prompts import batch_prompts
+        from krea2.rl.online.prompts import batch_prompts
         from krea2.trainer import TrainingStopped
 
         module = run.module

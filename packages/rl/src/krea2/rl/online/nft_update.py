@@ -1,5 +1,5 @@
-"""DiffusionNFT's update on a batch of rollouts (:class:`~krea2.rl.grpo.objective.GrpoObjective`
-with ``objective = "nft"``; the loss is :func:`~krea2.rl.grpo.loss.nft_terms`)."""
+"""DiffusionNFT's update on a batch of rollouts (:class:`~krea2.rl.online.objective.GrpoObjective`
+with ``objective = "nft"``; the loss is :func:`~krea2.rl.online.loss.nft_terms`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from krea2.dit import flow
-from krea2.rl.grpo.config import GrpoConfig
-from krea2.rl.grpo.loss import nft_terms, nft_terms_adaptive, optimality
-from krea2.rl.grpo.old_policy import OldPolicy
-from krea2.rl.grpo.sde import Rollout
+from krea2.rl.online.config import GrpoConfig
+from krea2.rl.online.loss import nft_terms, nft_terms_adaptive, optimality
+from krea2.rl.online.old_policy import OldPolicy
+from krea2.rl.online.sde import Rollout
 from krea2.trainer import (
     DistEnv,
     JobConfig,

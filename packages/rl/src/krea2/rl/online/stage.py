@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from krea2.infra.atomic import cached_array, publish_dir, write_json
-from krea2.rl.grpo.advantage import Aggregation
-from krea2.rl.grpo.config import GrpoConfig, RlObjective
+from krea2.rl.online.advantage import Aggregation
+from krea2.rl.online.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
 
 # The stage's rewards by name (shapes_rewards) -> their kind (krea2.rl.rewards.load_reward).
@@ -36,7 +36,7 @@ class RlStageSettings:
     Pool: up to ``max_train_prompts`` training prompts, curated from ``pool_samples``
     no-CFG samples each (dropped: always solved unless ``keep_solved``, never solved unless
     ``keep_unsolved``, no variance; the harder a kept prompt, the more often it is drawn,
-    up to ``hard_repeats`` times: :func:`krea2.rl.grpo.pool.training_pool`). Training:
+    up to ``hard_repeats`` times: :func:`krea2.rl.online.pool.training_pool`). Training:
     ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``
     (decaying linearly to 0 over the last ``lr_decay_ratio`` of the steps; with
     ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration);
@@ -76,7 +76,7 @@ class RlStageSettings:
     nft_times: int = 1
     nft_old_decay: float = 0.0
     nft_weighting: str = "velocity"
-    aggregation: str = "gdpo"
+    aggregation: str = "normalize_then_sum"  # GDPO (older name: gdpo); or sum_then_normalize
     artifact_weight: float = 0.5
     shape_weight: float = 0.0
     shape_whole: bool = False
@@ -133,9 +133,9 @@ class RlStageSettings:
 def stage_job(
     pretrain_job: JobConfig, stage_index: int, run_dir: Path, shards: Path, s: RlStageSettings
 ) -> JobConfig:
-    """The RL stage's trainer job (:func:`krea2.rl.grpo.train.rl_job`) sized by ``s``, on
+    """The RL stage's trainer job (:func:`krea2.rl.online.train.rl_job`) sized by ``s``, on
     ``s.seed`` where set (rollout noise, prompt order and adapter init of a repeat run)."""
-    from krea2.rl.grpo.train import rl_job
+    from krea2.rl.online.train import rl_job
 
     job = rl_job(pretrain_job, stage_index, run_dir, shards, s.steps, s.prompts_per_step, s.lr,
                  0, s.lora_rank, s.checkpoint_every, 1, s.lr_decay_ratio,
@@ -146,9 +146,9 @@ def stage_job(
 def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, rewards) -> dict:
     """ShapesEval (score, all-requirements-correct rate, by kind) against ``targets``, the
     mean artifact reward and the mean background noise
-    (:func:`~krea2.rl.grpo.guards.background_noise`) of images uint8 [P, S, H, W, 3]."""
+    (:func:`~krea2.rl.online.guards.background_noise`) of images uint8 [P, S, H, W, 3]."""
     from krea2.curate.shapes import shapes_eval
-    from krea2.rl.grpo.guards import background_noise
+    from krea2.rl.online.guards import background_noise
 
     score = shapes_eval(images, list(targets))
     flat = images.reshape(-1, *images.shape[2:])
@@ -164,7 +164,7 @@ def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, 
     import torch
 
     from krea2.dit import euler_sample, flow, seeded_noise, to_uint8
-    from krea2.rl.grpo.objective import autoencoder_of
+    from krea2.rl.online.objective import autoencoder_of
     from krea2.trainer import stage_mu
 
     stage = job.stages[stage_index]
@@ -216,7 +216,7 @@ def rl_stage(
     pretrained), ``stopped`` (the guard's reason, if it stopped the run: then ``tuned`` is
     the pretrained model, which is what the stage keeps) and ``seconds``."""
     from krea2.infra.errors import UserError
-    from krea2.rl.grpo.pool import (
+    from krea2.rl.online.pool import (
         curate_pool,
         pool_statistics,
         read_records,
@@ -224,9 +224,9 @@ def rl_stage(
         training_pool,
         write_records,
     )
-    from krea2.rl.grpo.prompts import export_prompt_shards
-    from krea2.rl.grpo.train import train_rl
-    from krea2.rl.grpo.world_rewards import shapes_rewards
+    from krea2.rl.online.prompts import export_prompt_shards
+    from krea2.rl.online.train import train_rl
+    from krea2.rl.online.world_rewards import shapes_rewards
     from krea2.rl.preference.stage_job import link_pretrained
     from krea2.trainer import TrainingStopped, sample_stage
 

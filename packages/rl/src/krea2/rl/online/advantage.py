@@ -1,12 +1,13 @@
 """Advantages from several rewards over groups of G rollouts per prompt.
 
-Two aggregations (``Aggregation``):
+Two aggregations (``Aggregation``, named as trl's ``multi_objective_aggregation``):
 
-* ``sum``: the weighted sum of the rewards, then normalized within each prompt's group
-  (GRPO's advantage; an easy reward with a large spread drowns a hard one);
-* ``gdpo``: each reward normalized within its group first, the weighted sum of those, then
-  normalized over the whole batch (GDPO), so every reward's ranking counts by its weight
-  whatever its scale or spread.
+* ``sum_then_normalize`` (older name ``sum``): the weighted sum of the rewards, then
+  normalized within each prompt's group (GRPO's advantage; an easy reward with a large
+  spread drowns a hard one);
+* ``normalize_then_sum`` (older name ``gdpo``): each reward normalized within its group
+  first, the weighted sum of those, then normalized over the whole batch (GDPO), so every
+  reward's ranking counts by its weight whatever its scale or spread.
 
 A group whose value has (near) zero spread gets advantage 0 for it: nothing to learn.
 """
@@ -22,8 +23,13 @@ EPS = 1e-6
 
 
 class Aggregation(StrEnum):
-    SUM = "sum"
-    GDPO = "gdpo"
+    SUM_THEN_NORMALIZE = "sum_then_normalize"  # GRPO's
+    NORMALIZE_THEN_SUM = "normalize_then_sum"  # GDPO's
+
+    @classmethod
+    def _missing_(cls, value: object) -> Aggregation | None:
+        """The older names: ``sum`` and ``gdpo``."""
+        return {"sum": cls.SUM_THEN_NORMALIZE, "gdpo": cls.NORMALIZE_THEN_SUM}.get(str(value))
 
 
 def group_z(values: np.ndarray, eps: float = EPS) -> np.ndarray:
@@ -46,7 +52,7 @@ def batch_moments(values: np.ndarray) -> tuple[float, float, float]:
 def advantages(
     rewards: Mapping[str, np.ndarray],
     weights: Mapping[str, float],
-    how: Aggregation | str = Aggregation.GDPO,
+    how: Aggregation | str = Aggregation.NORMALIZE_THEN_SUM,
     moments: tuple[float, float, float] | None = None,
     eps: float = EPS,
 ) -> np.ndarray:
@@ -59,7 +65,7 @@ def advantages(
     if missing:
         raise ValueError(f"rewards {missing} have no weight (weights: {sorted(weights)})")
     how = Aggregation(how)
-    if how is Aggregation.SUM:
+    if how is Aggregation.SUM_THEN_NORMALIZE:
         return group_z(weighted(rewards, weights), eps)
     s = gdpo_sum(rewards, weights, eps)
     n, total, squares = moments if moments is not None else batch_moments(s)

@@ -3,11 +3,11 @@
 
 The RL stage is one more trainer stage after a pretrained one: it starts from that stage's
 newest checkpoint (linked, never modified), trains on prompt shards with
-:class:`~krea2.rl.grpo.objective.GrpoObjective`, and has everything else of the trainer:
+:class:`~krea2.rl.online.objective.GrpoObjective`, and has everything else of the trainer:
 FSDP2 over the ranks torchrun starts, checkpoints every ``checkpoint_every`` steps,
 ``resume`` to the exact step (the rollouts are seeded by step, so a resumed run redraws
 the same ones), Prometheus metrics, progress and ``metrics.jsonl``.
-Several ranks: ``torchrun --nproc-per-node 2 -m krea2.rl.grpo.train RUN_TOML [--set k=v]``.
+Several ranks: ``torchrun --nproc-per-node 2 -m krea2.rl.online.train RUN_TOML [--set k=v]``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from krea2.infra.config import load_config
 from krea2.infra.errors import UserError
-from krea2.rl.grpo.config import GrpoConfig
-from krea2.rl.grpo.objective import EvalHook
+from krea2.rl.online.config import GrpoConfig
+from krea2.rl.online.objective import EvalHook
 from krea2.rl.rewards import Reward
 from krea2.trainer import IrepaConfig, JobConfig, LoraConfig, ScheduleConfig
 
@@ -124,8 +124,8 @@ def train_rl(
     ``rewards``; returns the run directory. ``metrics.jsonl`` rows of kind ``train`` carry
     ``reward_<name>``, ``loss``, ``ratio_mean``, ``clip_fraction``, ``kl``,
     ``first_ratio_max_dev`` (GRPO), the times of rollout/reward/train and any ``eval_*``."""
-    from krea2.rl.grpo.objective import GrpoObjective
     from krea2.rl.objective_run import named_objective, run_with_objective, world_size
+    from krea2.rl.online.objective import GrpoObjective
     from krea2.trainer import validate_job
 
     validate_job(job, world_size())
@@ -157,7 +157,7 @@ def load_rewards(gc: GrpoConfig) -> dict[str, Reward]:
 def run_from_config(path: str | Path | None, overrides: Sequence[str], resume: bool) -> Path:
     """``krea2 rl grpo``: build the RL job of an :class:`RlRunConfig` file (prompt shards
     written once under ``run_dir/prompts``) and train it."""
-    from krea2.rl.grpo.prompts import export_prompt_shards
+    from krea2.rl.online.prompts import export_prompt_shards
     from krea2.rl.preference.stage_job import link_pretrained
     from krea2.trainer import load_job
 
@@ -207,7 +207,7 @@ def _stage_index(job: JobConfig, name: str | None) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``python -m krea2.rl.grpo.train RUN_TOML [--resume] [--set key=value ...]``: the
+    """``python -m krea2.rl.online.train RUN_TOML [--resume] [--set key=value ...]``: the
     entry each torchrun rank runs."""
     args = list(argv)
     resume = "--resume" in args

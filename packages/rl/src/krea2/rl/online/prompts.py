@@ -67,7 +67,7 @@ def batch_prompts(batch: dict, step: int) -> list[str]:
         if meta.get("role") != "prompt" or not caps:
             raise UserError(
                 f"step {step}: row {key!r} is not a prompt row; an RL stage trains on prompt "
-                "shards (krea2.rl.grpo.export_prompt_shards)"
+                "shards (krea2.rl.online.export_prompt_shards)"
             )
         out.append(caps[0]["text"])
     return out

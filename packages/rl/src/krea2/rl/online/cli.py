@@ -22,12 +22,12 @@ def grpo_command(
     """RL-tune a stage of a krea2 train run on a prompt file: GRPO on SDE rollouts
     (per-step log-probs, ratio clipping, optional KL) or DiffusionNFT, multi-reward with
     GDPO or a weighted sum, CFG off (docs/rl.md). Several ranks: torchrun --nproc-per-node
-    N -m krea2.rl.grpo.train CONFIG.
+    N -m krea2.rl.online.train CONFIG.
 
     Example: krea2 rl grpo --config rl.toml --set pretrained=runs/toy-pretrain
     --set prompts_file=prompts.txt --set grpo.objective=nft
     """
-    from krea2.rl.grpo.train import run_from_config
+    from krea2.rl.online.train import run_from_config
 
     run = run_from_config(config, set_, resume)
     typer.echo(
