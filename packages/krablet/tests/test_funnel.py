@@ -94,6 +94,29 @@ def test_a_bad_value_is_refused_on_flush_and_other_writes_land(cluster1):
     assert rows_of(cluster1, "SELECT key FROM docs") == [("good",), ("later",)]
 
 
+def test_a_batch_that_cannot_be_prepared_is_refused_without_stalling_the_writer(
+    cluster1, monkeypatch
+):
+    from krea2.krablet import funnel as funnel_module
+
+    prepare = funnel_module._ShardWriter._prepare
+
+    def fussy(self, group, conn):  # e.g. keys of types that do not sort together
+        if any(k == "bad" for k in group.rows):
+            raise TypeError("'<' not supported between instances of 'int' and 'str'")
+        return prepare(self, group, conn)
+
+    monkeypatch.setattr(funnel_module._ShardWriter, "_prepare", fussy)
+    wh = Warehouse.open(cluster1, tables=[DOCS])
+    f = wh.funnel()
+    f.upsert("docs", [{"key": "bad", "n": 1}])
+    with pytest.raises(FunnelError, match="refused: '<' not supported"):
+        f.flush(timeout=30)  # refused at once, not a dead writer's timeout
+    f.upsert("docs", [{"key": "later", "n": 3}])
+    f.close()
+    assert rows_of(cluster1, "SELECT key FROM docs") == [("later",)]
+
+
 def test_unknown_columns_and_missing_keys_fail_at_the_call(cluster1):
     wh = Warehouse.open(cluster1, tables=[DOCS])
     with wh.funnel() as f:

@@ -201,7 +201,9 @@ class _ShardWriter(threading.Thread):
                     self.conn.close()
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-            except psycopg.Error as exc:  # the data is wrong, not the connection
+            except (psycopg.Error, TypeError, ValueError) as exc:
+                # the data is wrong, not the connection (also keys of mixed types that do not
+                # sort): refuse the batch and keep the writer alive for the others
                 if len(groups) > 1:
                     return [e for g in groups for e in self._write([g])]
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
