@@ -49,6 +49,22 @@ def test_existing_run_is_not_overwritten_without_resume(write_job):
         run_job(job, [], resume=False)
 
 
+def test_a_finished_stage_is_extended_only_when_asked(write_job, tmp_path):
+    job = write_job("extend", steps=3)
+    run_job(job, [], resume=False)
+    with pytest.raises(
+        UserError, match=r"finished at 3 steps .* asks for 5: pass --resume --extend"
+    ):
+        run_job(job, ["stages.0.steps=5"], resume=True)
+    with pytest.raises(UserError, match="use it with --resume"):
+        run_job(job, ["stages.0.steps=5"], resume=False, extend=True)
+    run_job(job, ["stages.0.steps=5"], resume=True, extend=True)
+    rows = [r for r in read_metrics(tmp_path / "extend" / "metrics.jsonl") if r["kind"] == "train"]
+    assert sorted({r["step"] for r in rows}) == [0, 1, 2, 3, 4]  # continued, not restarted
+    assert (tmp_path / "extend" / "checkpoints" / "pretrain.done").read_text().strip() == "5"
+    run_job(job, ["stages.0.steps=5"], resume=True)  # finished at 5 now: nothing to do
+
+
 def test_a_recipe_chains_stages_from_the_previous_weights(write_job, tmp_path, shards):
     two = f"""
 [[stages]]

@@ -1,4 +1,5 @@
-"""``python -m krea2.trainer --config job.toml [--set k=v ...] [--resume]`` (for torchrun)."""
+"""``python -m krea2.trainer --config job.toml [--set k=v ...] [--resume [--extend]]``
+(for torchrun)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--extend", action="store_true")
     args = parser.parse_args()
     try:
         with sigterm_as_interrupt():  # what torchrun and schedulers send: stop as Ctrl-C does
-            run_job(args.config, args.overrides, args.resume, args.dry_run)
+            run_job(args.config, args.overrides, args.resume, args.dry_run, args.extend)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -18,7 +18,9 @@ app = typer.Typer(
 )
 
 
-def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = False) -> None:
+def run_job(
+    config: Path, overrides: list[str], resume: bool, dry_run: bool = False, extend: bool = False
+) -> None:
     """Load, check (the config, the files it names and the shards; before any work, so a
     mistake leaves no run directory), then train. Shared by the CLI and ``-m krea2.trainer``."""
     from krea2.infra.logging import setup_logging
@@ -37,7 +39,11 @@ def run_job(config: Path, overrides: list[str], resume: bool, dry_run: bool = Fa
     from krea2.trainer.runinfo import save_run_info
     from krea2.trainer.trainer import Trainer
 
-    trainer = Trainer(cfg, resume=resume)
+    if extend and not resume:
+        from krea2.infra.errors import UserError
+
+        raise UserError("--extend continues a finished stage of a run: use it with --resume")
+    trainer = Trainer(cfg, resume=resume, extend=extend)
     if trainer.env.is_main:
         save_run_info(cfg, Path(cfg.run_dir), trainer.env.world)
     finished = False
@@ -58,6 +64,9 @@ def train(
         [], "--set", help="override a key, e.g. --set optimizer.lr=3e-4 (repeatable)"
     ),
     resume: bool = typer.Option(False, "--resume", help="continue from the newest checkpoint"),
+    extend: bool = typer.Option(
+        False, "--extend", help="with --resume: continue finished stages to more steps"
+    ),
     dry_run: bool = typer.Option(
         False,
         "--dry-run",
@@ -70,7 +79,7 @@ def train(
     if config is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
-    run_job(config, set_, resume, dry_run)
+    run_job(config, set_, resume, dry_run, extend)
 
 
 @app.command("toy-data")

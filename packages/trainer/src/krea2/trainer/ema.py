@@ -3,7 +3,7 @@
 Two users: a stage's ``ema_decay`` (the stage's result is the average of its last
 ~1 / (1 - decay) steps' weights instead of the last step's: the usual EMA of diffusion
 trainers, which smooths the step-to-step noise of small batches and RL updates), and the
-RL objective's DiffusionNFT old policy (:mod:`krea2.rl.grpo.old_policy`). The average
+RL objective's DiffusionNFT old policy (:mod:`krea2.rl.online.old_policy`). The average
 covers the trainable parameters only (a LoRA stage's adapters), plain tensors or DTensors
 (each rank averages its own shards), so it costs one more copy of what the optimizer
 already holds twice.

@@ -37,6 +37,7 @@ from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
 from krea2.trainer.run_state import checkpoint_state, load_checkpoint_state
 from krea2.trainer.stability import SpikeDetector, Verdict
+from krea2.trainer.stage_status import stages_to_run
 from krea2.trainer.step import (
     Objective,
     StageRun,
@@ -57,16 +58,22 @@ class Trainer:
     ``resume=True`` continues from the newest checkpoint of the first unfinished stage
     (model, optimizer, step, data position, RNG and guard state); otherwise an existing
     run directory with checkpoints is refused, so nothing is overwritten by accident.
+    ``extend`` (with ``resume``) continues a finished stage whose config asks for more
+    steps (:mod:`krea2.trainer.stage_status`).
     Each stage trains with the objective it names (``stage.objective``, built from its
     ``settings`` by :mod:`krea2.trainer.objectives`); an ``objective`` given here replaces
     every stage's instead (a caller holding in-process rewards or evaluation hooks).
     """
 
     def __init__(
-        self, cfg: JobConfig, resume: bool = False, objective: Objective | None = None
+        self,
+        cfg: JobConfig,
+        resume: bool = False,
+        objective: Objective | None = None,
+        extend: bool = False,
     ) -> None:
         self.cfg = cfg
-        self.resume = resume
+        self.resume, self.extend = resume, extend
         self.objective = objective
         self.env: DistEnv = init_distributed(cfg)
         if cfg.parallel.deterministic:
@@ -105,10 +112,7 @@ class Trainer:
                     f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
                     "or choose another run_dir"
                 )
-        todo = [(i, s) for i, s in enumerate(self.cfg.stages) if not self._done_marker(s).exists()]
-        for i, stage in enumerate(self.cfg.stages):
-            if (i, stage) not in todo:
-                log.info("stage %s already finished; skipping", stage.name)
+        todo = stages_to_run(self.run_dir, self.cfg.stages, self.extend and self.resume)
         # Index every remaining stage's shards first: a broken shard or a bucket the model
         # cannot patchify fails now, not hours later when its stage begins.
         indexes = {i: self._indexes(i, s) for i, s in todo}
