@@ -134,30 +134,26 @@ def write_domain_shards(
 
 def sft_job(job: JobConfig, index: int, domain: str, data: Path, s: SftMergeSettings,
             run_dir: Path) -> JobConfig:  # fmt: skip
-    """One LoRA stage on ``data`` from stage ``index`` of ``job`` (finished), at its
-    resolution, patch and time shift; checkpoints only at the end, no tracker."""
-    from krea2.trainer import LoraConfig, ScheduleConfig, stage_root
+    """Stage ``index`` of ``job`` (finished) continued by one LoRA stage on ``data``
+    (:func:`krea2.trainer.continuation_job`), at its resolution, patch and time shift;
+    checkpoints only at the end, no tracker. Link the continued stage with
+    :func:`krea2.trainer.link_finished` before training."""
+    from krea2.trainer import LoraConfig, ScheduleConfig, continuation_job
 
-    base = job.stages[index]
     stage = replace(
-        base,
+        job.stages[index],
         name=f"sft-{domain}",
         data=[f"{data}/shard-*.parquet"],
         eval_data=[],
         steps=s.steps,
         batch_size=s.batch_size,
         lr=s.lr,
-        init_from=str(stage_root(job, base)),
         lora=LoraConfig(rank=s.rank, alpha=float(s.rank)),
         caption_weights=dict(CAPTION_WEIGHTS),
         schedule=ScheduleConfig(warmup_steps=max(1, s.steps // 10), decay_ratio=0.2),
     )
-    return replace(
-        job,
-        run_dir=run_dir,
-        stages=[stage],
-        checkpoint=replace(job.checkpoint, every=0, keep_last=1),
-        observe=replace(job.observe, sample_prompts=[], tracker="none", log_every=10),
+    return continuation_job(
+        job, index, stage, run_dir, checkpoint_every=0, keep_last=1, log_every=10, tracker="none"
     )
 
 
@@ -198,6 +194,7 @@ def run_sft_merge(
         Trainer,
         average,
         export_adapter,
+        link_finished,
         load_stage_module,
         sample_module,
         stage_root,
@@ -230,10 +227,12 @@ def run_sft_merge(
                 s.own_factor,
             )
             sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
+            link_finished(job, index, sft.run_dir)
             Trainer(sft, resume=True).run()
-            root = CheckpointManager(stage_root(sft, sft.stages[0]))
-            # the adapter merged into its base (the stage's init_from): the domain's model
-            export_adapter(sft, 0, root.path_of(root.latest_step()), out, "krea-merged")
+            last = len(sft.stages) - 1
+            root = CheckpointManager(stage_root(sft, sft.stages[last]))
+            # the adapter merged into its base (the continued stage): the domain's model
+            export_adapter(sft, last, root.path_of(root.latest_step()), out, "krea-merged")
         merged_files.append(out)
         weights[f"SFT {domain} ({DOMAINS[domain][1]})"] = average([out])
     weights["uniform merge"] = average(merged_files)
