@@ -35,14 +35,14 @@ def averaged_module(pretrain_job, stage: int, work: Path, runs: list[str], step:
     import torch
     from peft.tuners.lora import LoraLayer
 
-    from krea2.rl.online import RlStageSettings
+    from krea2.rl.online import settings_with
     from krea2.rl.online.stage import stage_job
     from krea2.trainer import load_stage_module
     from krea2.trainer.lora import ADAPTER
 
     loaded = []
     for run in runs:
-        s = RlStageSettings(**json.loads((work / f"{run}.json").read_text())["settings"])
+        s = settings_with(json.loads((work / f"{run}.json").read_text())["settings"], {})
         job = stage_job(pretrain_job, stage, work / run, work / "prompt-shards", s)
         loaded.append((job, load_stage_module(job, len(job.stages) - 1, step=step)))
     job, module = loaded[0]
@@ -84,7 +84,7 @@ def main() -> None:
     from krea2.infra.errors import UserError
     from krea2.pipeline import evaluation
     from krea2.pipeline.config import demo_training_job, load_demo_config
-    from krea2.rl.online import RlStageSettings
+    from krea2.rl.online import RlStageSettings, settings_with
     from krea2.rl.online.pool import read_records
     from krea2.trainer import load_stage_module, sample_module
 
@@ -100,8 +100,8 @@ def main() -> None:
     if args.pretrained:
         job, module = pretrain_job, load_stage_module(pretrain_job, stage)
     else:
-        s = RlStageSettings(**json.loads((args.work / f"{args.runs[0]}.json").read_text())
-                            ["settings"])  # fmt: skip
+        s = settings_with(json.loads((args.work / f"{args.runs[0]}.json").read_text())
+                          ["settings"], {})  # fmt: skip
         try:
             job, module = averaged_module(pretrain_job, stage, args.work, args.runs, args.step)
         except UserError as exc:  # e.g. a step whose checkpoint was not kept

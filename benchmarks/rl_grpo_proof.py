@@ -52,6 +52,33 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return name, kw
 
 
+def variant_settings(common: dict, kw: dict):
+    """The ``RlStageSettings`` of a variant: the stage's defaults (its objective
+    ``krea2.rl.online.demo_objective``) changed by ``common`` then ``kw``, flat keys of either
+    the stage or its ``GrpoConfig``; ``artifact_weight`` and ``shape_weight`` set the reward
+    weights; DiffusionNFT has no SDE window, GRPO's is 2 steps by default."""
+    from dataclasses import asdict
+
+    from krea2.rl.online import RlStageSettings, settings_with
+    from krea2.rl.online.stage import REWARD_KINDS
+
+    changes = {**common, **kw}
+    weights = {"rubric": 1.0, "artifact": changes.pop("artifact_weight", 0.5)}
+    if (shape := changes.pop("shape_weight", 0.0)) > 0:
+        weights["shape"] = shape
+    changes |= {"weights": weights, "rewards": {k: REWARD_KINDS[k] for k in weights}}
+    if changes.get("objective", "nft") == "nft":
+        changes |= {"window_size": 0, "window_start_max": 0}
+    else:  # GRPO's SDE window: 2 steps starting in the first 4 unless a variant says
+        changes = {"window_size": 2, "window_start_max": 3} | changes
+    return settings_with(asdict(RlStageSettings()), changes)
+
+
+def flat(settings: dict) -> dict:
+    """A result's settings with its objective's keys beside the stage's."""
+    return {**{k: v for k, v in settings.items() if k != "grpo"}, **settings.get("grpo", {})}
+
+
 def demo_job(demo: Path):
     from krea2.pipeline.config import demo_training_job, load_demo_config
 
@@ -89,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     from krea2.curate.shapes import concept_scene, eval_prompt
     from krea2.pipeline import evaluation
-    from krea2.rl.online import RlStageSettings, rl_stage
+    from krea2.rl.online import rl_stage
 
     cfg, job = demo_job(args.demo)
     split, held = evaluation.demo_concepts(cfg)
@@ -110,7 +137,7 @@ def main() -> None:
         results[name] = rl_stage(
             job, len(job.stages) - 1, args.work, [eval_prompt(c) for c in split.train],
             [eval_prompt(c) for c in held], [concept_scene(c) for c in held],
-            RlStageSettings(**{**common, **kw}), name,
+            variant_settings(common, kw), name,
         )  # fmt: skip
     pre = json.loads((args.work / "eval-pretrained.json").read_text())
     pool = json.loads((args.work / "pool.json").read_text())["counts"]
@@ -144,20 +171,21 @@ def main() -> None:
     headers = ["model", "rollout images", "RL minutes", "ShapesEval", "all correct",
                "background noise", f"within {NOISE_BOUND:g}x", "artifact (calibrated)",
                "seeds"]  # fmt: skip
-    s = RlStageSettings(**common)
+    s = variant_settings(common, {})
+    g = s.grpo
     md = (
         "## RL without CFG on ShapesWorld (`benchmarks/rl_grpo_proof.py`)\n\n"
         f"The full demo's pretrained model; {cfg.eval.max_prompts} held-out prompts, "
         f"{s.eval_steps} Euler steps. Pool: {', '.join(f'{v} {k}' for k, v in pool.items())} "
         f"of {sum(pool.values())} training "  # the pool is shared: the first run's size
         f"prompts ({s.pool_samples} no-CFG samples each). Common settings: each iteration "
-        f"{s.prompts_per_step} prompts x {s.group_size} images, {s.sample_steps}-step "
-        f"rollouts without CFG, rewards rubric + {s.artifact_weight} x artifact "
-        f"({s.aggregation}), lr {s.lr:g}, "
+        f"{s.prompts_per_step} prompts x {g.group_size} images, {g.sample_steps}-step "
+        f"rollouts without CFG, rewards rubric + {g.weights['artifact']} x artifact "
+        f"({g.aggregation}), lr {s.lr:g}, "
         + (f"LoRA rank {s.lora_rank}" if s.lora_rank else "full fine-tuning")
-        + f", KL {s.kl_beta:g}. GRPO: SDE window {s.window_size} steps (noise level "
-        f"{s.noise_level}), {s.inner_steps} inner steps, clip {s.clip}; DiffusionNFT: beta "
-        f"{s.nft_beta}, ODE rollouts. Per variant:\n\n" + "\n".join(described) + "\n\n"
+        + f", KL {g.kl_beta:g}. GRPO: SDE window {common.get('window_size', 2)} steps (noise "
+        f"level {g.noise_level}), {g.inner_steps} inner steps, clip {g.clip}; DiffusionNFT: "
+        f"beta {g.nft_beta}, ODE rollouts. Per variant:\n\n" + "\n".join(described) + "\n\n"
         "Artifact measures, the same for every row (computed here from the stored "
         "samples): background noise = `krea2.rl.online.background_noise` (mean |high-pass| "
         "over the plain background, grey levels; no reward sees it), bound "
@@ -221,10 +249,8 @@ def _differences(settings: dict, common: dict) -> str:
     """A variant's settings that differ from the common ones (and its objective)."""
     from dataclasses import asdict
 
-    from krea2.rl.online import RlStageSettings
-
-    base = asdict(RlStageSettings(**common))
-    keys = ["objective"] + [k for k in settings if k != "objective" and settings[k] != base[k]]
+    settings, base = flat(settings), flat(asdict(variant_settings(common, {})))
+    keys = ["objective"] + [k for k in settings if k != "objective" and settings[k] != base.get(k)]
     return ", ".join(f"{k}={settings[k]}" for k in keys)
 
 

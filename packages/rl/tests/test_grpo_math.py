@@ -341,5 +341,22 @@ def test_aggregations_are_named_as_trl_names_them_and_the_older_names_still_load
     assert Aggregation("sum") is Aggregation.SUM_THEN_NORMALIZE
     old = build_config(GrpoConfig, {"aggregation": "sum"}, "grpo")
     assert old.aggregation is Aggregation.SUM_THEN_NORMALIZE
-    with pytest.raises(ConfigError, match="grpo.aggregation.*normalize_then_sum"):
+    with pytest.raises(ConfigError, match=r"grpo\.aggregation.*normalize_then_sum"):
         build_config(GrpoConfig, {"aggregation": "mean"}, "grpo")
+
+
+def test_the_rl_stage_holds_the_objective_s_own_config_not_a_copy():
+    from dataclasses import asdict, fields
+
+    from krea2.rl.online import GrpoConfig, RlStageSettings, settings_with
+
+    stage_fields = {f.name for f in fields(RlStageSettings)}
+    copied = stage_fields & {f.name for f in fields(GrpoConfig)}
+    assert not copied, f"RlStageSettings repeats GrpoConfig's {sorted(copied)}"
+    s = RlStageSettings()
+    assert isinstance(s.grpo, GrpoConfig) and s.objective == "nft"
+    grpo = settings_with(asdict(s), {"objective": "grpo", "window_size": 2, "steps": 5})
+    assert grpo.objective == "grpo" and grpo.steps == 5 and grpo.grpo.window_size == 2
+    assert grpo.grpo.weights == s.grpo.weights  # the rest of the objective kept
+    with pytest.raises(ValueError, match="the stage's rewards are"):
+        RlStageSettings(grpo=GrpoConfig(rewards={"aesthetic": "x"}, weights={"aesthetic": 1.0}))

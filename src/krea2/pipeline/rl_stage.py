@@ -89,6 +89,7 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
     parts = [html.table(HEADERS, rows(result))]
     counts = ", ".join(f"{v} {k}" for k, v in result["pool"].items())
     st = result["settings"]
+    g = st.get("grpo", st)  # the objective's settings (flat in results written before)
     pool = (
         f"{result.get('pool_prompts', '?')} entries drawn from: the kept prompts"
         + (", the never-solved ones" if st.get("keep_unsolved") else "")
@@ -102,16 +103,16 @@ def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: i
     parts.append(
         f'<p class="note">Prompt pool: {counts} (curated from no-CFG samples of the '
         f"training-concept prompts; the record of why is pool.json); trained on {pool}. "
-        f"DiffusionNFT loss weighting: {st.get('nft_weighting', 'velocity')}. Rewards: the rubric "
+        f"DiffusionNFT loss weighting: {g.get('nft_weighting', 'velocity')}. Rewards: the rubric "
         "verifier, the artifact reward (1 − P(defect), its head calibrated on the "
-        "pretrained model's own samples) and, where shape_weight > 0, the dense shape "
-        f"fidelity (weight {result['settings'].get('shape_weight', 0)}), aggregated by "
-        f"{result['settings'].get('aggregation', 'gdpo').upper()}; DiffusionNFT's old "
-        f"policy decay {result['settings'].get('nft_old_decay', 0)}; sampling without CFG during "
+        "starting model's own samples) and, where weighted, the dense shape "
+        f"fidelity (weights {g.get('weights')}), aggregated by "
+        f"{g.get('aggregation', 'normalize_then_sum')}; DiffusionNFT's old "
+        f"policy decay {g.get('nft_old_decay', 0)}; sampling without CFG during "
         "training. Background noise: mean |high-pass| over the plain background in grey "
         "levels (krea2.rl.online.background_noise), which no reward sees; reward hacking "
         "laid a grid over it (~9 against ~0.5); the guard stops the run above "
-        f"{result['settings'].get('noise_bound')} x the start.</p>"
+        f"{g.get('noise_bound')} x the start.</p>"
     )
     if result["stopped"]:
         parts.append(f'<p class="warning">{html.escape(result["stopped"])}</p>')

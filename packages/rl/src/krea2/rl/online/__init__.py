@@ -48,6 +48,8 @@ _HOMES: dict[str, str | None] = {
     "run_from_config": "train",
     # the demo's RL stage
     "RlStageSettings": "stage",
+    "demo_objective": "stage",
+    "settings_with": "stage",
     "rl_stage": "stage",
     "shapes_rewards": "world_rewards",
     "cli": None,

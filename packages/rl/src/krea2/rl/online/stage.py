@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from krea2.infra.atomic import cached_array, publish_dir, write_json
-from krea2.rl.online.advantage import Aggregation
 from krea2.rl.online.config import GrpoConfig, RlObjective
 from krea2.trainer import JobConfig
 
@@ -29,33 +28,40 @@ CURVE_KEYS = ("step", "rollout_images", "seconds", "loss", "reward_rubric", "rew
               "first_ratio_max_dev", "clip_fraction", "flat_groups", "kl")  # fmt: skip
 
 
+def demo_objective() -> GrpoConfig:
+    """The RL stage's default objective: DiffusionNFT (no SDE window) with the rubric and
+    the artifact reward (weight 0.5) aggregated by GDPO, the artifact and noise guards on."""
+    return GrpoConfig(
+        objective=RlObjective.NFT, window_size=0, window_start_max=0,
+        rewards={k: REWARD_KINDS[k] for k in ("rubric", "artifact")},
+        weights={"rubric": 1.0, "artifact": 0.5}, artifact_bound=0.5, noise_bound=2.0,
+    )  # fmt: skip
+
+
 @dataclass
 class RlStageSettings:
-    """How big the RL stage is (a demo recipe's ``[rl]`` table; docs/rl.md).
+    """How big the RL stage is (a demo recipe's ``[rl]`` table; docs/rl.md); the objective
+    itself is ``grpo``, the library's :class:`GrpoConfig` (``[rl.grpo]``), not a copy.
 
     Pool: up to ``max_train_prompts`` training prompts, curated from ``pool_samples``
     no-CFG samples each (dropped: always solved unless ``keep_solved``, never solved unless
     ``keep_unsolved``, no variance; the harder a kept prompt, the more often it is drawn,
     up to ``hard_repeats`` times: :func:`krea2.rl.online.pool.training_pool`). Training:
-    ``steps`` iterations of ``prompts_per_step`` prompts x ``group_size`` images at ``lr``
-    (decaying linearly to 0 over the last ``lr_decay_ratio`` of the steps; with
-    ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration);
-    the objective and rollouts as :class:`GrpoConfig` (rewards: the rubric verifier and the
-    artifact reward with ``artifact_weight``, and with ``shape_weight`` > 0 the dense
-    shape-fidelity reward (:class:`krea2.rl.rewards.ShapeFidelityReward`; with
-    ``shape_whole`` it also asks for each object in one piece); the artifact
-    head is calibrated on ``calibration_seeds``
-    no-CFG samples per training prompt of the pretrained model; 0: trained on renders alone;
-    ``noise_bound``: the background-noise guard). Evaluation: the held-out prompts x
-    ``eval_seeds`` in ``eval_steps`` Euler steps, without CFG every ``eval_every`` steps
-    (the curves) and at the start and end also with CFG ``eval_cfg``. ``seed``: the run's
-    rollout noise, prompt order and adapter init (None: the pretraining job's seed), to
-    repeat a run and see its spread."""
+    ``steps`` iterations of ``prompts_per_step`` prompts x ``grpo.group_size`` images at
+    ``lr`` (decaying linearly to 0 over the last ``lr_decay_ratio`` of the steps; with
+    ``ema_decay`` > 0 the tuned model is the EMA of the weights, per iteration), full
+    fine-tuning or LoRA of ``lora_rank``. Rewards: ``grpo.weights`` names some of
+    ``rubric``, ``artifact`` and ``shape`` (:func:`shapes_rewards`; ``shape_whole``: the
+    shape-fidelity reward also asks for each object in one piece), ``grpo.rewards`` their
+    kinds (:data:`REWARD_KINDS`); the artifact head is calibrated on ``calibration_seeds``
+    no-CFG samples per training prompt of the starting model (0: trained on renders alone).
+    Evaluation: the held-out prompts x ``eval_seeds`` in ``eval_steps`` Euler steps,
+    without CFG every ``eval_every`` steps (the curves) and at the start and end also with
+    CFG ``eval_cfg``. ``seed``: the run's rollout noise, prompt order and adapter init
+    (None: the starting job's seed), to repeat a run and see its spread."""
 
-    objective: str = "nft"
     steps: int = 60
     prompts_per_step: int = 8
-    group_size: int = 8
     lr: float = 3e-4
     lr_decay_ratio: float = 0.0
     ema_decay: float = 0.0
@@ -64,27 +70,8 @@ class RlStageSettings:
     keep_unsolved: bool = False
     keep_solved: bool = False
     hard_repeats: int = 1
-    sample_steps: int = 10
-    noise_level: float = 0.7
-    window_size: int = 2
-    window_start_max: int = 3
-    micro_batch: int = 32
-    clip: float = 0.01
-    kl_beta: float = 0.0
-    inner_steps: int = 1
-    nft_beta: float = 1.0
-    nft_times: int = 1
-    nft_old_decay: float = 0.0
-    nft_weighting: str = "velocity"
-    aggregation: str = "normalize_then_sum"  # GDPO (older name: gdpo); or sum_then_normalize
-    artifact_weight: float = 0.5
-    shape_weight: float = 0.0
     shape_whole: bool = False
-    artifact_gate: float | None = None
-    artifact_bound: float | None = 0.5
     calibration_seeds: int = 2
-    noise_bound: float | None = 2.0
-    shared_noise: bool = False
     lora_rank: int = 0
     eval_every: int = 10
     eval_steps: int = 20
@@ -94,6 +81,7 @@ class RlStageSettings:
     eval_tuned_cfg: bool = True
     checkpoint_every: int = 20
     seed: int | None = None
+    grpo: GrpoConfig = field(default_factory=demo_objective)
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "max_train_prompts", "pool_samples",
@@ -106,28 +94,32 @@ class RlStageSettings:
             raise ValueError(f"ema_decay={self.ema_decay} must be in [0, 1)")
         if self.calibration_seeds < 0:
             raise ValueError(f"calibration_seeds={self.calibration_seeds} must be >= 0")
-        if self.objective not in ("grpo", "nft"):
-            raise ValueError(f"objective={self.objective!r} is not 'grpo' or 'nft'")
-        self.grpo()  # the objective's own checks
+        unknown = sorted(set(self.grpo.weights) - set(REWARD_KINDS))
+        if unknown:
+            raise ValueError(
+                f"grpo.weights names {unknown}; the stage's rewards are {sorted(REWARD_KINDS)}"
+            )
 
-    def grpo(self) -> GrpoConfig:
-        weights = {"rubric": 1.0, "artifact": self.artifact_weight}
-        if self.shape_weight > 0:
-            weights["shape"] = self.shape_weight
-        return GrpoConfig(
-            objective=RlObjective(self.objective), group_size=self.group_size,
-            shared_noise=self.shared_noise, sample_steps=self.sample_steps,
-            noise_level=self.noise_level,
-            window_size=self.window_size if self.objective == "grpo" else 0,
-            window_start_max=self.window_start_max if self.objective == "grpo" else 0,
-            micro_batch=self.micro_batch,
-            rewards={k: REWARD_KINDS[k] for k in weights}, weights=weights,
-            aggregation=Aggregation(self.aggregation), artifact_gate=self.artifact_gate,
-            artifact_bound=self.artifact_bound, noise_bound=self.noise_bound,
-            inner_steps=self.inner_steps, clip=self.clip,
-            kl_beta=self.kl_beta, nft_beta=self.nft_beta, nft_times=self.nft_times,
-            nft_old_decay=self.nft_old_decay, nft_weighting=self.nft_weighting,
-        )  # fmt: skip
+    @property
+    def objective(self) -> str:
+        """``grpo`` or ``nft``."""
+        return self.grpo.objective.value
+
+
+def settings_with(base: dict, changes: dict) -> RlStageSettings:
+    """:class:`RlStageSettings` from plain data (e.g. a result's ``settings``) with
+    ``changes``: a key of :class:`GrpoConfig` changes the objective (``objective=grpo``,
+    ``aggregation=sum_then_normalize``), any other the stage."""
+    from dataclasses import fields
+
+    from krea2.infra.config import build_config
+
+    objective_keys = {f.name for f in fields(GrpoConfig)}
+    data = {k: v for k, v in base.items() if k != "grpo"}
+    grpo = dict(base.get("grpo", {}))
+    for key, value in changes.items():
+        (grpo if key in objective_keys else data)[key] = value
+    return build_config(RlStageSettings, {**data, "grpo": grpo}, "rl")
 
 
 def stage_job(
@@ -239,14 +231,14 @@ def rl_stage(
         return json.loads(result_path.read_text())
     if not train_prompts or not eval_prompts:
         raise UserError("the RL stage needs training prompts and eval prompts")
-    gc = s.grpo()
+    gc = s.grpo
     seconds: dict[str, float] = {}
     t = time.perf_counter()
 
     def calibration_samples() -> np.ndarray:  # the pretrained model's, training prompts
         seeds = [7000 + i for i in range(s.calibration_seeds)]
         prompts = _spread(train_prompts, s.max_train_prompts)
-        images = sample_stage(pretrain_job, stage_index, prompts, seeds, s.sample_steps, 0.0)
+        images = sample_stage(pretrain_job, stage_index, prompts, seeds, gc.sample_steps, 0.0)
         return images.reshape(-1, *images.shape[2:])
 
     rewards = shapes_rewards(
@@ -259,9 +251,9 @@ def rl_stage(
     prompts = _spread(train_prompts, s.max_train_prompts)
     if not pool_path.exists():
         scores = pool_statistics(pretrain_job, stage_index, prompts, rewards["rubric"],
-                                 s.pool_samples, s.sample_steps)  # fmt: skip
-        write_records(pool_path, curate_pool(prompts, scores),
-                      {"samples": s.pool_samples, "steps": s.sample_steps, "cfg": 0.0})  # fmt: skip
+                                 s.pool_samples, gc.sample_steps)  # fmt: skip
+        meta = {"samples": s.pool_samples, "steps": gc.sample_steps, "cfg": 0.0}
+        write_records(pool_path, curate_pool(prompts, scores), meta)
     records = read_records(pool_path)
     pool = training_pool(records, s.hard_repeats, s.keep_unsolved, s.keep_solved) or prompts
     seconds["pool"] = time.perf_counter() - t
