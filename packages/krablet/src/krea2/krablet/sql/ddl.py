@@ -24,6 +24,12 @@ QUEUE_STORAGE = sql.SQL(
 )
 
 
+def create_database(name: str) -> sql.Composable:
+    """A new, empty database on the server (tests make one per test, so none sees another's
+    tables)."""
+    return sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+
+
 def create_catalog() -> sql.Composable:
     """The per-shard catalog of declared tables (name → spec), read by tools and services."""
     return sql.SQL("""
