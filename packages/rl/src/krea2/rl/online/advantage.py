@@ -19,6 +19,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from krea2.rl.rewards.compose import group_z
+
 EPS = 1e-6
 
 
@@ -30,17 +32,6 @@ class Aggregation(StrEnum):
     def _missing_(cls, value: object) -> Aggregation | None:
         """The older names: ``sum`` and ``gdpo``."""
         return {"sum": cls.SUM_THEN_NORMALIZE, "gdpo": cls.NORMALIZE_THEN_SUM}.get(str(value))
-
-
-def group_z(values: np.ndarray, eps: float = EPS) -> np.ndarray:
-    """Per-row z-score of values [P, G] (one row per prompt's group); rows whose std is
-    below ``eps`` are 0. float64 [P, G]."""
-    v = np.asarray(values, np.float64)
-    if v.ndim != 2:
-        raise ValueError(f"values must be [prompts, group], got shape {v.shape}")
-    mean = v.mean(1, keepdims=True)
-    std = v.std(1, keepdims=True)
-    return np.where(std >= eps, (v - mean) / np.maximum(std, eps), 0.0)
 
 
 def batch_moments(values: np.ndarray) -> tuple[float, float, float]:

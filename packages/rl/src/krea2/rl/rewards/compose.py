@@ -38,6 +38,17 @@ class WeightedSum:
         return RewardOutput(total, subs)
 
 
+def group_z(values: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Per-row z-score of values [P, G] (one row per prompt's group); rows whose std is
+    below ``eps`` are 0. float64 [P, G]."""
+    v = np.asarray(values, np.float64)
+    if v.ndim != 2:
+        raise ValueError(f"values must be [prompts, group], got shape {v.shape}")
+    mean = v.mean(1, keepdims=True)
+    std = v.std(1, keepdims=True)
+    return np.where(std >= eps, (v - mean) / np.maximum(std, eps), 0.0)
+
+
 def group_normalize(scores: np.ndarray, groups: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """Per-group z-score of ``scores`` ``[B]``: ``(s - mean_g) / std_g`` within each group id
     of ``groups`` ``[B]`` (e.g. the prompt index of each GRPO rollout). A group whose std is
@@ -50,8 +61,5 @@ def group_normalize(scores: np.ndarray, groups: np.ndarray, eps: float = 1e-6) -
     _, inverse = np.unique(groups, return_inverse=True)
     for g in range(int(inverse.max()) + 1 if inverse.size else 0):
         members = inverse == g
-        values = scores[members]
-        std = values.std()
-        if std >= eps:
-            out[members] = (values - values.mean()) / std
+        out[members] = group_z(scores[members][None, :], eps)[0]
     return out.astype(np.float32)
