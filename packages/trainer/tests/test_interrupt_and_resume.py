@@ -148,3 +148,29 @@ def test_sigterm_stops_it_as_ctrl_c_does_and_exits_143(tmp_path, shards, entry):
     assert entries and all(e.complete for e in entries) and entries[-1].step == HELD_AT - 2
     assert f"krea2 train --resume continues it from step {HELD_AT - 1}" in out
     assert not (tmp_path / "run" / "checkpoints" / "pretrain.done").exists()
+
+
+def test_ctrl_c_in_a_terminal_stops_the_decode_workers_quietly(tmp_path, shards):
+    # a terminal sends SIGINT to the whole foreground process group, decode workers included:
+    # they must leave the stop to the trainer (no worker traceback, no leaked semaphores)
+    from trainer_test_helpers import job_toml
+
+    text = job_toml(tmp_path / "run", shards, steps=STEPS).replace("workers = 0", "workers = 2")
+    (tmp_path / "job.toml").write_text(text)
+    notice = tmp_path / "paused"
+    env = {**os.environ, "KREA2_PROGRESS": "plain", **pause_env("train pretrain", 3, notice)}
+    proc = subprocess.Popen(
+        [KREA2, "train", "--config", str(tmp_path / "job.toml")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_pause(notice, proc, timeout_s=300)
+        os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C in a terminal does
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out
+    assert out.strip().splitlines()[-1] == "interrupted", out
+    assert "Traceback" not in out and "leaked semaphore" not in out, out

@@ -229,7 +229,8 @@ class StepBatches(torch.utils.data.Dataset):
 
 
 def _exit_with_parent(_worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: a decode worker dies with the training process.
+    """DataLoader ``worker_init_fn``: a decode worker dies with the training process and
+    leaves Ctrl-C to it.
 
     Without it a trainer killed by SIGKILL (OOM killer, preemption, a user) leaves its
     workers running, orphaned, decoding batches nobody reads. Linux only; elsewhere the
@@ -240,6 +241,9 @@ def _exit_with_parent(_worker_id: int) -> None:
     import signal
     import sys
 
+    # Ctrl-C in a terminal signals the whole process group: the trainer stops the workers
+    # itself (finishing its checkpoint), so a worker must not die mid-batch on its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
