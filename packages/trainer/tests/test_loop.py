@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,6 +48,33 @@ def test_existing_run_is_not_overwritten_without_resume(write_job):
     run_job(job, [], resume=False)
     with pytest.raises(UserError, match="pass --resume"):
         run_job(job, [], resume=False)
+
+
+def test_a_run_records_absolute_paths_and_samples_from_any_directory(tmp_path, shards, monkeypatch):
+    import os
+    import shutil
+
+    from trainer_test_helpers import job_toml
+
+    from krea2.infra.config import load_config
+    from krea2.trainer.config import JobConfig
+    from krea2.trainer.inference import load_run, sample_stage
+
+    work = tmp_path / "work"
+    shutil.copytree(shards["train"], work / "shards")
+    (work / "job.toml").write_text(job_toml(Path("runs/rel"), {"train": Path("shards"),
+                                   "eval": Path("shards")}, steps=2))  # fmt: skip
+    monkeypatch.chdir(work)
+    run_job(Path("job.toml"), [], resume=False)
+    saved = load_config(JobConfig, work / "runs" / "rel" / "config.toml")
+    assert saved.run_dir == work / "runs" / "rel"
+    assert saved.stages[0].data == [str(work / "shards")]
+    monkeypatch.chdir(tmp_path)  # elsewhere: the run still finds its shards and checkpoints
+    job = load_run(Path(os.path.relpath(work / "runs" / "rel")))
+    assert sample_stage(job, 0, ["blob 1 in cell 2"], [0], steps=2, cfg_scale=1.0).shape[:2] == (
+        1,
+        1,
+    )
 
 
 def test_a_finished_stage_is_extended_only_when_asked(write_job, tmp_path):

@@ -27,6 +27,7 @@ def run_job(
     from krea2.trainer.config import load_job
     from krea2.trainer.distributed import shutdown, world_size
     from krea2.trainer.preflight import preflight
+    from krea2.trainer.run_paths import absolute_paths
 
     cfg = load_job(config, overrides)
     # the config, the model files and the shards: every problem, one error: line each
@@ -35,6 +36,7 @@ def run_job(
     if dry_run:
         typer.echo(f"config {config} is valid for {world_size()} rank(s)")
         return
+    cfg = absolute_paths(cfg)  # what the run records: it works from any directory
     setup_logging("INFO", file=Path(cfg.run_dir) / "train.log.jsonl")
     from krea2.trainer.runinfo import save_run_info
     from krea2.trainer.trainer import Trainer
