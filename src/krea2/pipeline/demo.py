@@ -33,6 +33,7 @@ def run_demo(
         raise UserError(f"--workers {cfg.workers} must be at least 1")
     if until is not None and until not in (names := stage_names(cfg)):
         raise UserError(f"--until {until!r} is not a stage of this recipe: {', '.join(names)}")
+    out = out.resolve()  # every run and record under it names absolute paths
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     runner = StageRunner(out, until=until)
