@@ -1,6 +1,6 @@
 """Every shell command in the docs runs as written.
 
-Each ```bash (or ```sh) block of README.md, docs/*.md and packages/*/README.md runs, in
+Each ```bash (or ```sh) block of README.md, docs/**/*.md and packages/*/README.md runs, in
 document order, in one fresh directory per document where the repository's ``configs/``,
 ``tests/``, ``packages/`` and ``benchmarks/`` are linked, with this environment's ``krea2``
 first on PATH; a later block may use what an earlier one wrote. A block that cannot run
@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("packages/*/README.md")])
+# docs/ holds reference pages and, under docs/design/ and docs/results/, design notes and
+# dated results: every page counts.
+DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("packages/*/README.md")])
 LINKED = ("configs", "tests", "packages", "benchmarks")
 SHELL = {"bash", "sh", "shell"}
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*\((?P<why>[^)]+)\)\s*-->")
