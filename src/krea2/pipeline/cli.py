@@ -29,19 +29,28 @@ def demo(
     until: str = typer.Option(
         None,
         "--until",
-        help="Stop after this stage (e.g. export-64, pretrain); a later run without it "
-        "continues. Stages: shards, pool, curate, export-<px>, pretrain, sample, score, "
-        "sft-merge, preference-stpo, preference-dpo, rl, expander, report.",
+        help="Stop after this stage (e.g. export-64, pretrain; --list-stages names them all); "
+        "a later run without it continues.",
+    ),
+    list_stages: bool = typer.Option(
+        False, "--list-stages", help="Print the recipe's stages in the order they run."
     ),
 ) -> None:
-    """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, sample,
-    score, domain SFT and merging, preference-tune (STPO, and DPO as the ablation), RL
-    without CFG (DiffusionNFT), then the prompt expander (SFT + GDPO).
+    """Run the Krea 2 pipeline at toy scale: curate, pretrain at two resolutions, then
+    post-train in one chain (domain SFTs merged, STPO, RL without CFG) into the final
+    model, raw, with the ablations (DPO, the other merges) as branches; measure the chain,
+    and put the prompt expander (SFT + GDPO) in front of raw.
 
     Example: krea2 demo --quick --out demo-out
 
     Example: krea2 demo --quick --out demo-out --until curate
     """
+    if list_stages:
+        from krea2.pipeline.config import load_demo_config
+        from krea2.pipeline.demo import stage_names
+
+        typer.echo("\n".join(stage_names(load_demo_config(quick, config, set_))))
+        return
     if show_config:
         from krea2.pipeline.config import recipe_text
 

@@ -1,7 +1,7 @@
 """Demo stage ``expander``: the prompt expander (``krea2.expander.stage``) in front of the
-final pretrained DiT — SFT on requests written from the exported training shards' scenes,
-GDPO with the image, faithfulness and diversity rewards (and the ablation without the
-diversity reward), each measured on short requests for the held-out concepts."""
+final model (raw, the chain's end) — SFT on requests written from the exported training
+shards' scenes, GDPO with the image, faithfulness and diversity rewards (and the ablation
+without the diversity reward), each measured on short requests for the held-out concepts."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
     parts.append(
         f'<p class="note">{len(result["requests"])} short requests for the held-out concepts '
         f"({s['requests_per_concept']} per concept, dropping details on purpose), rendered by "
-        "the final pretrained DiT as ShapesEval samples; the rubric scores each image against "
+        "raw (the chain's final model) as ShapesEval samples; the rubric scores each image against "
         "the request's own requirements. Faithful: the expansion keeps every requirement of "
         "the request and contradicts none. Diversity: mean pairwise cosine distance of pixel "
         f"embeddings between the images of {s['group']} sampled expansions of a request. "

@@ -1,7 +1,7 @@
-"""Demo stages ``preference-stpo`` and ``preference-dpo``: the final pretrained model
+"""Demo stages ``preference-stpo`` and ``preference-dpo``: the chain's SFT model
 preference-tuned with STPO (the report's objective) and, as the ablation, Diffusion-DPO,
 from the same start on the same on-policy pairs (``krea2.rl.preference``), measured on the
-demo's held-out prompts against the pretrained model.
+demo's held-out prompts against that start (the "pretrained" rows: the SFT model).
 
 Both stages share one work directory (``OUT/preference``): the pairs, their shards, the
 artifact reward's head and the pretrained model's evaluation are made once; each

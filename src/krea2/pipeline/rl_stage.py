@@ -1,7 +1,8 @@
-"""Demo stage ``rl``: the final pretrained model RL-tuned without CFG
+"""Demo stage ``rl``: the chain's PO model RL-tuned without CFG into raw, the final model
 (``krea2.rl.online.rl_stage``: DiffusionNFT or GRPO, the rubric verifier + the artifact
 reward aggregated by GDPO, a curated prompt pool of training-concept prompts), measured on
-the held-out prompts with and without CFG against the pretrained model."""
+the held-out prompts with and without CFG against its start (the rows say "pretrained":
+the model the stage started from)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,10 @@ def serve(
     max_message_chars: Annotated[
         int, typer.Option(help="Most characters in one message (400 beyond).")
     ] = 16_000,
-    vllm: Annotated[bool, typer.Option(help="Serve with vLLM (the [vllm] extra).")] = False,
+    vllm: Annotated[
+        bool,
+        typer.Option(help="Serve with vLLM (install krea2-expander with its vllm extra)."),
+    ] = False,
 ) -> None:
     """Serve the expander behind an OpenAI-compatible chat API (POST /v1/chat/completions).
 
