@@ -64,6 +64,10 @@ class DedupConfig:
     # past this budget the search runs over on-disk partitions (see dedup_partitioned).
     max_memory_mb: float = 2048.0
     spill_dir: str = ""  # partition files go here ("" = the system temp dir)
+    # Crop ladders (krea2.curate.crop_ladder): crops keeping >= 85% of each side, overlays.
+    ladder_max_distance: int = 20  # of 144 bits, at 3 levels of one scale (crop_ladder)
+    ladder_bands: int = 6  # exact-match band keys per level (24 bits each; 8: 18 bits)
+    ladder_max_bucket: int = 10_000  # band keys shared by more images are skipped (0: none)
 
 
 @dataclass(frozen=True)

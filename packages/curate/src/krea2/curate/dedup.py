@@ -13,6 +13,16 @@ its buckets in memory (measured 252 bytes per image: 16M images per 4 GiB). When
 not fit ``max_memory_mb``, ``dedup_partitioned`` finds the same pairs from band keys routed to
 partition files, each loaded alone within the budget; either way the verified pairs (small)
 form the graph whose connected components are the groups.
+
+A second way to be a pair catches what the global phash misses: centred crops keeping ≥ 85%
+of each side, overlays (watermarks, logos, captions up to ~3% of the frame) and both at once.
+When crop ladders are given (``crop_ladder``: hashes of ten nested centred crops per image),
+candidates are the pairs sharing an exact band (24 bits at the default 6 bands) of any level
+of each (≤ 60 keys per image, through ``dedup_partitioned``: in memory, or in partitions past
+the budget), and a candidate is a duplicate when its ladder distance (three levels of one
+scale, ``crop_ladder.ladder_distances``) is within ``max_ladder`` of 144 bits and the
+colorhash and hue vetoes pass (the 8×8 phash veto reads the whole frame, which a crop or an
+overlay changes, so it does not apply here). Either way makes a pair.
 """
 
 from __future__ import annotations
@@ -25,10 +35,12 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from krea2.curate.config import DedupConfig
-from krea2.curate.dedup_partitioned import partitioned_pairs
+from krea2.curate.crop_ladder import LEVELS, ladder_distances
+from krea2.curate.dedup_partitioned import partitioned_pairs, sorted_unique
 from krea2.curate.hashes import hue_distance
 
 IN_MEMORY_BYTES_PER_IMAGE = 252  # IndexBinaryMultiHash, 144 bits, 8 bands (1M random hashes)
+UNBOUNDED = 1 << 62  # bytes: "as much memory as it takes"
 
 
 @dataclass(frozen=True)
@@ -70,14 +82,55 @@ def verified_pairs(
     if not len(pairs):
         return pairs
     a, b = pairs[:, 0], pairs[:, 1]
-    ok = (
-        (_popcount(phash[a] ^ phash[b]) <= max_phash)
-        & (_popcount(colorhash[a] ^ colorhash[b]) <= max_color)
-        & (_popcount(phash8[a] ^ phash8[b]) <= max_phash8)
+    ok = (_popcount(phash[a] ^ phash[b]) <= max_phash) & (
+        _popcount(phash8[a] ^ phash8[b]) <= max_phash8
     )
+    return pairs[ok & colour_vetoes_pass(pairs, colorhash, max_color, hue, max_hue)]
+
+
+def colour_vetoes_pass(
+    pairs: np.ndarray,
+    colorhash: np.ndarray,
+    max_color: int,
+    hue: np.ndarray | None = None,
+    max_hue: float = 0.3,
+) -> np.ndarray:
+    """(k,) bool: the pairs whose colorhash (and hue) distances are within their limits."""
+    a, b = pairs[:, 0], pairs[:, 1]
+    ok = _popcount(colorhash[a] ^ colorhash[b]) <= max_color
     if hue is not None:
         ok &= hue_distance(hue[a], hue[b]) <= max_hue
-    return pairs[ok]
+    return ok
+
+
+def ladder_pairs(
+    ladder: np.ndarray,
+    colorhash: np.ndarray,
+    max_ladder: int = 20,
+    max_color: int = 6,
+    hue: np.ndarray | None = None,
+    max_hue: float = 0.3,
+    bands: int = 6,
+    max_group: int | None = 10_000,
+    memory_bytes: int = UNBOUNDED,
+    workdir: str | None = None,
+) -> np.ndarray:
+    """Duplicate edges by crop ladder: ``ladder`` (n, LADDER_BYTES) uint8 (all-zero rows: no
+    ladder, never paired) → (m, 2) int64 pairs i < j (see the module docstring)."""
+    if len(ladder) < 2:
+        return np.zeros((0, 2), np.int64)
+
+    def check(pairs: np.ndarray) -> np.ndarray:
+        if not len(pairs):
+            return pairs
+        ok = ladder_distances(ladder, pairs, limit=max_ladder) <= max_ladder
+        ok[ok] = colour_vetoes_pass(pairs[ok], colorhash, max_color, hue, max_hue)
+        return pairs[ok]
+
+    return partitioned_pairs(
+        ladder, check, max_ladder, bands, memory_bytes, workdir,
+        views=LEVELS, flips=0, skip_empty=True, max_group=max_group,
+    )[0]  # fmt: skip
 
 
 def near_duplicate_pairs(
@@ -154,10 +207,15 @@ def dedup(
     max_hue: float = 0.3,
     max_memory_mb: float | None = None,
     workdir: str | None = None,
+    ladder: np.ndarray | None = None,
+    max_ladder: int = 20,
+    ladder_bands: int = 6,
+    ladder_max_group: int | None = 10_000,
 ) -> DedupResult:
     """Group exact and near duplicates into connected components and keep one per group:
     the largest (``areas``, pixels of the original), then the earliest (lowest index, i.e.
-    ingest order). ``max_memory_mb``/``workdir``: see ``near_duplicate_pairs``."""
+    ingest order). ``max_memory_mb``/``workdir``: see ``near_duplicate_pairs``; ``ladder``
+    (n, LADDER_BYTES) uint8 or None and its settings: see ``ladder_pairs``."""
     n = len(md5s)
     exact = exact_duplicate_pairs(md5s)
     near = near_duplicate_pairs(
@@ -173,6 +231,15 @@ def dedup(
         max_memory_mb=max_memory_mb,
         workdir=workdir,
     )
+    if ladder is not None:
+        budget = UNBOUNDED if max_memory_mb is None else int(max_memory_mb * 2**20)
+        cropped = ladder_pairs(
+            ladder, colorhash, max_ladder, max_color, hue, max_hue, ladder_bands,
+            ladder_max_group, budget, workdir,
+        )  # fmt: skip
+        both = np.concatenate([near, cropped])  # a pair both ways find counts once
+        packed = sorted_unique((both[:, 0] << 32) | both[:, 1])
+        near = np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
     pairs = np.concatenate([exact, near]) if len(near) else exact
     graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
     _, group = connected_components(graph, directed=False)
@@ -199,6 +266,7 @@ def dedup_configured(
     areas: np.ndarray,
     hue: np.ndarray | None,
     d: DedupConfig,
+    ladder: np.ndarray | None = None,
 ) -> DedupResult:
     """``dedup`` with the thresholds, bands and memory budget of a ``DedupConfig``."""
     return dedup(
@@ -215,4 +283,8 @@ def dedup_configured(
         max_hue=d.hue_max_distance,
         max_memory_mb=d.max_memory_mb,
         workdir=d.spill_dir or None,
+        ladder=ladder,
+        max_ladder=d.ladder_max_distance,
+        ladder_bands=d.ladder_bands,
+        ladder_max_group=d.ladder_max_bucket or None,
     )

@@ -1,5 +1,5 @@
-"""Content hashes: md5 of the bytes, perceptual phash (8×8 and 12×12), colorhash, and a
-saturated-hue histogram.
+"""Content hashes: md5 of the bytes, perceptual phash (8×8 and 12×12), colorhash, a
+saturated-hue histogram and the crop ladder (``crop_ladder``).
 
 The perceptual hashes follow imagehash's definitions bit for bit, so a hash computed here
 equals ``imagehash.phash(Image.fromarray(pixels), hash_size)`` and
@@ -26,6 +26,7 @@ from krea2.curate.colour_table import (
     HUE_CODES,
     SAT_170,
 )
+from krea2.curate.crop_ladder import ladder_bytes
 from krea2.curate.pixel_pass import frozen
 from krea2.curate.planes import Planes, planes
 from krea2.curate.resample import lanczos_t, plan
@@ -233,9 +234,9 @@ def hue_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def image_hashes(pixels: np.ndarray, shared: Planes | None = None) -> dict[str, bytes]:
     """All perceptual hashes of one decode: phash8 (8 B), phash12 (18 B), colorhash (42 bits
-    padded to 6 B), huehist (19 B). One luma for both phashes, one colour-table lookup for
-    colorhash and the hue histogram, both from ``shared`` (the pixels' ``planes``, computed
-    here when not given)."""
+    padded to 6 B), huehist (19 B), ladder (``crop_ladder``, 180 B). One luma for the phashes
+    and the ladder, one colour-table lookup for colorhash and the hue histogram, both from
+    ``shared`` (the pixels' ``planes``, computed here when not given)."""
     p = planes(pixels) if shared is None else shared
     colorhash, huehist = colour_hash_bytes(frozen(p.colours.counts, np.int64))
     return {
@@ -243,4 +244,5 @@ def image_hashes(pixels: np.ndarray, shared: Planes | None = None) -> dict[str, 
         "phash12": phash_bytes(p.luma, 12),
         "colorhash": colorhash.tobytes(),
         "huehist": huehist.tobytes(),
+        "ladder": ladder_bytes(p.luma),
     }

@@ -27,7 +27,8 @@ class ImageAnalysis:
     ``filters``: one result per cheap filter (empty when the decode failed); ``reject``:
     the first failing filter's name (``truncated`` or ``broken`` for a failed decode)
     or ``None``.
-    Hashes are raw bytes: phash8 8 B, phash12 18 B, colorhash 6 B. ``alpha``: how an image
+    Hashes are raw bytes: phash8 8 B, phash12 18 B, colorhash 6 B, huehist 19 B, crop ladder
+    180 B. ``alpha``: how an image
     with alpha was composited (``DecodedImage.alpha``), None without alpha.
     """
 
@@ -62,6 +63,7 @@ class ImageAnalysis:
             "phash12": self.hashes.get("phash12"),
             "colorhash": self.hashes.get("colorhash"),
             "huehist": self.hashes.get("huehist"),
+            "ladder": self.hashes.get("ladder"),
         }
         for name in CHEAP_FILTERS:
             row[f"score_{name}"] = None

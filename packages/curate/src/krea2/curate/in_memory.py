@@ -51,14 +51,16 @@ class Verdict:
 
 
 def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> DedupResult:
-    """Dedup decoded images (in ingest order) by md5, phash12, phash8, colorhash and hue."""
+    """Dedup decoded images (in ingest order) by md5, phash12, phash8, colorhash, hue and
+    crop ladder."""
     md5s = [a.md5 for a in analyses]
     phash = np.stack([np.frombuffer(a.hashes["phash12"], np.uint8) for a in analyses])
     color = np.stack([np.frombuffer(a.hashes["colorhash"], np.uint8) for a in analyses])
     phash8 = np.stack([np.frombuffer(a.hashes["phash8"], np.uint8) for a in analyses])
     hue = np.stack([np.frombuffer(a.hashes["huehist"], np.uint8) for a in analyses])
+    ladder = np.stack([np.frombuffer(a.hashes["ladder"], np.uint8) for a in analyses])
     areas = np.asarray([(a.width or 0) * (a.height or 0) for a in analyses], np.int64)
-    return dedup_configured(md5s, phash, color, phash8, areas, hue, cfg.dedup)
+    return dedup_configured(md5s, phash, color, phash8, areas, hue, cfg.dedup, ladder)
 
 
 def ocr_image(data: bytes, cfg: CurateConfig, engine: OcrEngine) -> tuple[OcrResult, list]:

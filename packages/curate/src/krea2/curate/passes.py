@@ -19,18 +19,22 @@ from krea2.krablet import Warehouse
 
 def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     """Recompute duplicate groups over every analyzed row that passed the cheap filters and
-    write ``dup_keep``/``dup_kind``/``dup_of``. Rows are ordered by ingest ``seq``."""
+    write ``dup_keep``/``dup_kind``/``dup_of``. Rows are ordered by ingest ``seq``. Rows
+    analysed before crop ladders existed (``ladder`` NULL) are deduplicated by their phash
+    alone and counted in ``rows_without_crop_ladder``."""
+    from krea2.curate.crop_ladder import LADDER_BYTES
     from krea2.curate.dedup import dedup_configured
 
     cols = ["image_key", "seq", "md5", "width", "height", "phash8", "phash12", "colorhash",
-            "huehist"]  # fmt: skip
+            "huehist", "ladder"]  # fmt: skip
     rows = list(scan_all(wh, STAGES_BY_NAME["dedup"].filters(), cols))
     if not rows:
         return {"rows": 0, "duplicates": 0}
     rows.sort(key=lambda r: (r["seq"] if r["seq"] is not None else 0, r["image_key"]))
 
     def stack(col: str, n: int) -> np.ndarray:
-        return np.stack([np.frombuffer(bytes(r[col]), np.uint8)[:n] for r in rows])
+        # A NULL (a ladder of a row analysed before ladders existed) reads as zeros: no match.
+        return np.stack([np.frombuffer(bytes(r[col] or bytes(n)), np.uint8)[:n] for r in rows])
 
     areas = np.asarray([(r["width"] or 0) * (r["height"] or 0) for r in rows], np.int64)
     result = dedup_configured(
@@ -41,6 +45,7 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         areas,
         stack("huehist", 19),
         cfg.dedup,
+        stack("ladder", LADDER_BYTES),
     )
     keeper = {int(result.group[i]): rows[i]["image_key"] for i in np.nonzero(result.keep)[0]}
     patch = [
@@ -55,7 +60,11 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     with wh.funnel() as f:
         f.patch(TABLE, patch)
         f.flush()
-    return {"rows": len(rows), "duplicates": int((~result.keep).sum())}
+    out = {"rows": len(rows), "duplicates": int((~result.keep).sum())}
+    if missing := sum(r["ladder"] is None for r in rows):
+        # Analysed before crop ladders: found as before (phash), not as crops or overlays.
+        out["rows_without_crop_ladder"] = missing
+    return out
 
 
 def concept_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:

@@ -4,7 +4,7 @@ The ``images`` table, a row's final reason, ``krea2 curate run``'s dispatch and 
 and the in-memory verdict are all derived from ``STAGES``:
 
     analyze  (job: every ingested row)
-      → dedup    (pass: rows that passed the cheap filters; md5 + phash + colorhash)
+      → dedup    (pass: rows that passed the cheap filters; md5 + phash + colorhash + ladder)
         → ocr      (job: where dup_keep = TRUE)
           → tags     (job: where text_reject = ''; a tagger by name)
             → concepts (pass: tagged rows; cap over-represented tags)
@@ -157,6 +157,7 @@ ANALYZE_COLUMNS: dict[str, str] = {
     "phash12": "bytea",
     "colorhash": "bytea",
     "huehist": "bytea",
+    "ladder": "bytea",  # crop ladder (krea2.curate.crop_ladder); NULL on rows analysed before it
     **{f"score_{f}": "real" for f in CHEAP_FILTERS},
 }
 

@@ -37,7 +37,7 @@ from krea2.curate.stages import (
 from krea2.krablet import Funnel, Warehouse, Worker
 
 # Columns a plain read leaves out: raw hash bytes, only the dedup pass reads them.
-HASH_COLUMNS = ("phash8", "phash12", "colorhash", "huehist")
+HASH_COLUMNS = ("phash8", "phash12", "colorhash", "huehist", "ladder")
 
 JobRunner = Callable[[Warehouse, Stage, type], Any]
 
