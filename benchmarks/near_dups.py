@@ -38,7 +38,7 @@ from PIL import Image
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from krea2.curate.config import CurateConfig
+from krea2.curate.config import CurateConfig, DedupConfig
 from krea2.curate.dedup import dedup_configured
 from krea2.curate.image_analysis import analyze_bytes
 from krea2.curate.photo_edits import EDIT_CLASSES, EXTRA_CLASSES, edit, encode, views
@@ -131,6 +131,10 @@ def score(items: list[dict], group: np.ndarray) -> dict:
         "true_pairs": tp,
         "false_pairs": fp,
     }
+
+
+# the crop ladder on, at the distance measured here (it is off by default: docs/curate.md)
+PHOTOS_CONFIG = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))
 
 
 def ours_groups(analyses, cfg: CurateConfig) -> np.ndarray:
@@ -373,7 +377,7 @@ def main() -> None:
     args = ap.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     single_threaded()
-    cfg = CurateConfig()
+    cfg = PHOTOS_CONFIG
     phasher, missing = load_imagededup(args.imagededup)
     photos = real_photos()
     kinds = (*EDIT_CLASSES, *EXTRA_CLASSES)

@@ -29,6 +29,10 @@ from krea2.curate.planes import planes
 
 PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "grace_hopper.jpg")
 
+# The crop ladder is off by default (it merges flat synthetic look-alikes; docs/curate.md):
+# these tests turn it on at the distance measured on real photos.
+LADDER_ON = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))
+
 
 @pytest.fixture(scope="module")
 def photos(real_photos) -> dict[str, Image.Image]:
@@ -40,7 +44,7 @@ def _groups(items: list[tuple[str, bytes]]) -> list[set[str]]:
     every decoded item: a copy the resolution filter would reject still counts here)."""
     analyses = [analyze_bytes(data) for _, data in items]
     assert all(a.decode_error is None for a in analyses)
-    result = dedup_analyses(analyses, CurateConfig())
+    result = dedup_analyses(analyses, LADDER_ON)
     return [{items[i][0] for i in g} for g in result.groups()]
 
 
@@ -118,7 +122,7 @@ def test_a_row_without_a_ladder_is_deduplicated_by_its_phash_alone(photos):
         return np.stack([np.frombuffer(a.hashes[k], np.uint8) for a in analyses])
 
     args = ([a.md5 for a in analyses], stack("phash12"), stack("colorhash"), stack("phash8"),
-            np.ones(3), stack("huehist"), DedupConfig())  # fmt: skip
+            np.ones(3), stack("huehist"), LADDER_ON.dedup)  # fmt: skip
     assert dedup_configured(*args, stack("ladder")).groups() == [[0, 1, 2]]
     old = stack("ladder").copy()
     old[1] = 0  # analysed before ladders: the crop is found by nothing else
@@ -145,7 +149,7 @@ def test_the_dedup_pass_groups_a_crop_and_counts_rows_analysed_before_ladders(
     c = str(cluster_file)
     runner = CliRunner()
     for args in (["ingest", str(pool), "--cluster", c], ["run", "--stages", "analyze,dedup",
-                 "--cluster", c]):  # fmt: skip
+                 "--cluster", c, "--set", "dedup.ladder_max_distance=20"]):  # fmt: skip
         result = runner.invoke(app, args, catch_exceptions=False)
         assert result.exit_code == 0, result.output
     wh = curate.open_warehouse(c)
@@ -157,6 +161,10 @@ def test_the_dedup_pass_groups_a_crop_and_counts_rows_analysed_before_ladders(
     with wh.funnel() as f:
         f.patch(curate.TABLE, [{"image_key": r["image_key"], "ladder": None} for r in rows])
         f.flush()
-    again = curate.run_stages(wh, ["dedup"])["dedup"]
+    again = curate.run_stages(wh, ["dedup"], LADDER_ON)["dedup"]
     wh.close()
     assert again["rows_without_crop_ladder"] == len(rows) and again["rows"] == len(rows)
+
+
+def test_the_ladder_is_off_by_default():
+    assert CurateConfig().dedup.ladder_max_distance == 0

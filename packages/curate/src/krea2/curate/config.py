@@ -65,7 +65,10 @@ class DedupConfig:
     max_memory_mb: float = 2048.0
     spill_dir: str = ""  # partition files go here ("" = the system temp dir)
     # Crop ladders (krea2.curate.crop_ladder): crops keeping >= 85% of each side, overlays.
-    ladder_max_distance: int = 20  # of 144 bits, at 3 levels of one scale (crop_ladder)
+    # Off by default (0): on flat synthetic scenes (ShapesWorld) it pairs different shapes of
+    # one colour in one cell (a large circle and triangle at distance 20), which merges
+    # concepts; 20 is the setting measured on real photos (benchmarks/near_dups.py).
+    ladder_max_distance: int = 0  # of 144 bits, at 3 levels of one scale; 0: off
     ladder_bands: int = 6  # exact-match band keys per level (24 bits each; 8: 18 bits)
     ladder_max_bucket: int = 10_000  # band keys shared by more images are skipped (0: none)
 

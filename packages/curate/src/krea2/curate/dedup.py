@@ -283,7 +283,7 @@ def dedup_configured(
         max_hue=d.hue_max_distance,
         max_memory_mb=d.max_memory_mb,
         workdir=d.spill_dir or None,
-        ladder=ladder,
+        ladder=ladder if d.ladder_max_distance > 0 else None,
         max_ladder=d.ladder_max_distance,
         ladder_bands=d.ladder_bands,
         ladder_max_group=d.ladder_max_bucket or None,
