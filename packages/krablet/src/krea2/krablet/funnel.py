@@ -35,8 +35,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+import krea2.krablet.binary as binary
 from krea2.infra.errors import UserError
-from krea2.krablet import binary
 from krea2.krablet.cluster import ShardUnavailable, key_hash
 from krea2.krablet.schema import Table, WarehouseView
 from krea2.krablet.sql.arrays import column_params, param_type

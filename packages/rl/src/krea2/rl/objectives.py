@@ -48,41 +48,25 @@ def _online(settings: GrpoConfig, stage: Any, job: Any) -> Any:
     return GrpoObjective(settings, load_rewards(settings))
 
 
-DPO = ObjectiveSpec(
-    name="dpo",
-    summary="Diffusion-DPO on (winner, loser) pair shards against the frozen start",
-    settings=PreferenceConfig,
-    build=_preference,
-    rows="pairs",
-    judges_spikes=False,
-    fixed={"kind": "dpo"},
-    check=_pairs,
+def _preference_spec(kind: str, summary: str) -> ObjectiveSpec:
+    """``PreferenceConfig`` with ``kind`` fixed, on (winner, loser) pair shards."""
+    return ObjectiveSpec(kind, summary, PreferenceConfig, _preference, rows="pairs",
+                         judges_spikes=False, fixed={"kind": kind}, check=_pairs)  # fmt: skip
+
+
+def _online_spec(objective: str, summary: str) -> ObjectiveSpec:
+    """``GrpoConfig`` with ``objective`` fixed, on prompt shards."""
+    return ObjectiveSpec(objective, summary, GrpoConfig, _online, rows="prompts",
+                         judges_spikes=False, fixed={"objective": objective})  # fmt: skip
+
+
+DPO = _preference_spec(
+    "dpo", "Diffusion-DPO on (winner, loser) pair shards against the frozen start"
 )
-STPO = ObjectiveSpec(
-    name="stpo",
-    summary="STPO: DPO with a hinge on the winner's error and a cap on the loser's",
-    settings=PreferenceConfig,
-    build=_preference,
-    rows="pairs",
-    judges_spikes=False,
-    fixed={"kind": "stpo"},
-    check=_pairs,
+STPO = _preference_spec(
+    "stpo", "STPO: DPO with a hinge on the winner's error and a cap on the loser's"
 )
-GRPO = ObjectiveSpec(
-    name="grpo",
-    summary="GRPO on SDE rollouts without CFG, rewards by spec, on prompt shards",
-    settings=GrpoConfig,
-    build=_online,
-    rows="prompts",
-    judges_spikes=False,
-    fixed={"objective": "grpo"},
-)
-NFT = ObjectiveSpec(
-    name="nft",
-    summary="DiffusionNFT on the same rollouts (forward-process negative-aware fine-tuning)",
-    settings=GrpoConfig,
-    build=_online,
-    rows="prompts",
-    judges_spikes=False,
-    fixed={"objective": "nft"},
+GRPO = _online_spec("grpo", "GRPO on SDE rollouts without CFG, rewards by spec, on prompt shards")
+NFT = _online_spec(
+    "nft", "DiffusionNFT on the same rollouts (forward-process negative-aware fine-tuning)"
 )

@@ -219,8 +219,7 @@ def rl_stage(
     from krea2.rl.online.prompts import export_prompt_shards
     from krea2.rl.online.train import train_rl
     from krea2.rl.online.world_rewards import shapes_rewards
-    from krea2.rl.preference.stage_job import link_pretrained
-    from krea2.trainer import TrainingStopped, sample_stage
+    from krea2.trainer import TrainingStopped, link_finished, sample_stage
 
     s = settings or RlStageSettings()
     name = name or s.objective
@@ -285,7 +284,7 @@ def rl_stage(
     stopped = None
     done = run_dir / "checkpoints" / "rl.done"
     if not done.exists():
-        link_pretrained(pretrain_job, stage_index, run_dir)
+        link_finished(pretrain_job, stage_index, run_dir)
         try:
             trained = {k: rewards[k] for k in gc.weights}  # the rewards the run weighs
             train_rl(job, gc, trained, resume=True, evaluate=hook, eval_every=s.eval_every)

@@ -90,7 +90,7 @@ def rl_job(
     ``decay_ratio`` of the steps; the result the EMA of the weights with ``ema_decay`` > 0
     (``StageConfig.ema_decay``); the spike guard off: RL losses are not flow
     losses; LoRA of ``lora_rank`` or full fine-tuning). Link the pretrained stage with
-    :func:`krea2.rl.preference.stage_job.link_pretrained` before training."""
+    :func:`krea2.trainer.link_finished` before training."""
     if not 0 <= stage_index < len(pretrain.stages):
         raise UserError(
             f"stage_index={stage_index}: the pretraining job has {len(pretrain.stages)} stages"
@@ -158,8 +158,7 @@ def run_from_config(path: str | Path | None, overrides: Sequence[str], resume: b
     """``krea2 rl grpo``: build the RL job of an :class:`RlRunConfig` file (prompt shards
     written once under ``run_dir/prompts``) and train it."""
     from krea2.rl.online.prompts import export_prompt_shards
-    from krea2.rl.preference.stage_job import link_pretrained
-    from krea2.trainer import load_job
+    from krea2.trainer import link_finished, load_job
 
     try:
         rc = load_config(RlRunConfig, path, overrides)
@@ -190,7 +189,7 @@ def run_from_config(path: str | Path | None, overrides: Sequence[str], resume: b
             f"{run_dir} already holds RL checkpoints; pass --resume to continue it or choose "
             "another run_dir"
         )
-    link_pretrained(pretrain, index, run_dir)
+    link_finished(pretrain, index, run_dir)
     # resume=True always: the linked pretrained checkpoints are not this run's to refuse
     return train_rl(job, rc.grpo, load_rewards(rc.grpo), resume=True)
 

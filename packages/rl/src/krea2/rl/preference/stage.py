@@ -24,9 +24,9 @@ from krea2.infra.errors import UserError
 from krea2.rl.preference.loss import PreferenceConfig, PreferenceKind
 from krea2.rl.preference.measures import high_frequency_energy
 from krea2.rl.preference.shards import Pair
-from krea2.rl.preference.stage_job import PREFERENCE_STAGE, link_pretrained, preference_job
+from krea2.rl.preference.stage_job import PREFERENCE_STAGE, preference_job
 from krea2.rl.rewards import Reward
-from krea2.trainer import JobConfig
+from krea2.trainer import JobConfig, link_finished
 
 CURVE_KEYS = ("step", "loss", "winner_gap", "loser_gap", "margin", "accuracy")
 
@@ -166,7 +166,7 @@ def preference_stage(
         settings.warmup_steps, settings.log_every, settings.checkpoint_every,
     )  # fmt: skip
     if not (run_dir / "checkpoints" / f"{PREFERENCE_STAGE}.done").exists():
-        link_pretrained(pretrain_job, stage_index, run_dir)
+        link_finished(pretrain_job, stage_index, run_dir)
         train_preference(job, settings.objective(kind.value), resume=True)
     seconds["train"] = time.perf_counter() - t
 

@@ -29,7 +29,7 @@ def preference_job(
     under ``shards``: no caption dropout, the medium caption (the prompt), a constant lr
     after ``warmup_steps``, the spike guard off (a preference loss falls by design).
 
-    The earlier stages are not run again: :func:`link_pretrained` marks them finished in
+    The earlier stages are not run again: :func:`krea2.trainer.link_finished` marks them finished in
     ``run_dir`` and links the pretrained stage's checkpoints there, so the trainer's own
     warm start (with the stage's patch) loads the policy and the frozen reference."""
     from krea2.trainer import continuation_job
@@ -56,10 +56,3 @@ def preference_job(
         pretrain, stage_index, stage, run_dir, checkpoint_every=checkpoint_every,
         log_every=log_every,
     )  # fmt: skip
-
-
-def link_pretrained(pretrain: JobConfig, stage_index: int, run_dir: Path) -> None:
-    """:func:`krea2.trainer.link_finished` (the name the RL stages have used)."""
-    from krea2.trainer import link_finished
-
-    link_finished(pretrain, stage_index, run_dir)
