@@ -84,11 +84,30 @@ def test_fsdp_on_two_gloo_ranks_equals_one_process(tmp_path, shards, single_run)
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
 
 
-def test_caption_dropout_or_an_odd_batch_is_refused_before_training(tmp_path, shards):
+def test_an_odd_batch_is_refused_before_training(tmp_path, shards):
     job, _ = _job(tmp_path, shards)
-    cfg = load_job(job, ["stages.0.caption_dropout=0.1"])
-    with pytest.raises(UserError, match="caption_dropout"):
-        train_preference(cfg, PREF)
     cfg = load_job(job, ["stages.0.batch_size=5"])
     with pytest.raises(UserError, match="multiple of 2"):
         train_preference(cfg, PREF)
+
+
+def test_caption_dropout_drops_whole_pairs_alike_on_one_and_two_ranks(tmp_path, shards, single_run):
+    """Caption dropout trains some pairs with the empty caption (the unconditional branch):
+    the first step is still log 2 (policy == reference), later steps leave the run without
+    dropout, and the drop decisions are the pair's own (2 gloo ranks equal 1 rank)."""
+    runs = []
+    for nproc in (1, 2):
+        root = tmp_path / f"ranks{nproc}"
+        job, pref = _job(root, shards, every=0)
+        job.write_text(job.read_text().replace("caption_dropout = 0.0", "caption_dropout = 0.5"))
+        out, _ = (proc := launch(nproc, str(job), str(pref))).communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+        runs.append(_rows(root / "run"))
+    one, two = runs
+    assert one[0]["loss"] == pytest.approx(math.log(2), rel=1e-6)
+    assert any(
+        abs(a["loss"] - b["loss"]) > 1e-6 for a, b in zip(one[1:], single_run[1:], strict=True)
+    )
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "winner_gap", "loser_gap", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)

@@ -5,7 +5,9 @@ A batch holds pairs as consecutive rows (winner, then loser, written so by
 :func:`krea2.rl.preference.pairs.export_pair_shards`). Both images of a pair share one
 flow time t and one noise draw, seeded by (job seed, step, pair index) so any split over
 ranks sees the same numbers. The policy runs one forward and backward on all 2P images;
-the frozen reference (the stage's starting weights) one forward without grad.
+the frozen reference (the stage's starting weights) one forward without grad. With the
+stage's ``caption_dropout`` > 0 a pair's prompt is dropped (the empty caption, CFG's
+negative) with that probability, as pretraining drops captions.
 """
 
 from __future__ import annotations
@@ -98,6 +100,13 @@ class PreferenceObjective:
         t, noise = draw_time_and_noise(
             gens, tuple(latents.shape[1:]), mu, stage.time_loc, stage.time_scale
         )
+        if stage.caption_dropout > 0:  # drawn after t and noise: their stream is unchanged
+            # A pair whose caption is dropped trains the unconditional branch toward the same
+            # winner, so CFG's direction (cond - uncond) keeps its size (docs/rl.md).
+            prompts = [
+                "" if float(torch.rand((), generator=g)) < stage.caption_dropout else p
+                for p, g in zip(prompts, gens, strict=True)
+            ]
         t2 = t.repeat_interleave(2).to(env.device)
         noise2 = noise.repeat_interleave(2, 0).to(env.device, latents.dtype)
         x_t = flow.interpolate(latents, noise2, t2)

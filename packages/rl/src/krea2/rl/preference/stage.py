@@ -41,7 +41,10 @@ class PreferenceStageSettings:
     Euler steps at CFG ``sample_cfg``; evaluation: every eval prompt x ``eval_seeds``.
     Training: ``steps`` steps of ``batch_size`` images (half as many pairs) at ``lr``
     (constant after ``warmup_steps``); the objective's ``beta`` (per-pixel velocity MSE
-    units) and STPO's ``winner_hinge``, ``loser_cap``, ``loser_margin`` (docs/rl.md)."""
+    units) and STPO's ``winner_hinge``, ``loser_cap``, ``loser_margin`` (docs/rl.md);
+    ``caption_dropout``: the share of pairs trained with the empty caption (CFG's negative),
+    so the unconditional branch follows the conditional one and CFG does not amplify the
+    change (docs/rl.md)."""
 
     max_train_prompts: int = 64
     samples_per_prompt: int = 4
@@ -58,6 +61,7 @@ class PreferenceStageSettings:
     winner_hinge: float = 1.0
     loser_cap: float = 0.1
     loser_margin: float = 0.01
+    caption_dropout: float = 0.0
     log_every: int = 5
     checkpoint_every: int = 50
 
@@ -76,6 +80,8 @@ class PreferenceStageSettings:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if not self.eval_seeds:
             raise ValueError("eval_seeds must name at least one seed")
+        if not 0.0 <= self.caption_dropout < 1.0:
+            raise ValueError(f"caption_dropout={self.caption_dropout} must be in [0, 1)")
 
     def objective(self, kind: str) -> PreferenceConfig:
         return PreferenceConfig(
@@ -164,6 +170,7 @@ def preference_stage(
     job = preference_job(
         pretrain_job, stage_index, run_dir, shards, settings.steps, batch, settings.lr,
         settings.warmup_steps, settings.log_every, settings.checkpoint_every,
+        settings.caption_dropout,
     )  # fmt: skip
     if not (run_dir / "checkpoints" / f"{PREFERENCE_STAGE}.done").exists():
         link_finished(pretrain_job, stage_index, run_dir)

@@ -23,11 +23,13 @@ def preference_job(
     warmup_steps: int = 10,
     log_every: int = 5,
     checkpoint_every: int = 50,
+    caption_dropout: float = 0.0,
 ) -> JobConfig:
     """``pretrain``'s stages up to ``stage_index``, then a stage named ``preference`` with
-    the same resolution, patch and time shift on the pair shards
-    under ``shards``: no caption dropout, the medium caption (the prompt), a constant lr
-    after ``warmup_steps``, the spike guard off (a preference loss falls by design).
+    the same resolution, patch and time shift on the pair shards under ``shards``: the
+    medium caption (the prompt), dropped for a pair with probability ``caption_dropout``
+    (the objective then trains the unconditional branch too), a constant lr after
+    ``warmup_steps``, the spike guard off (a preference loss falls by design).
 
     The earlier stages are not run again: :func:`krea2.trainer.link_finished` marks them finished in
     ``run_dir`` and links the pretrained stage's checkpoints there, so the trainer's own
@@ -48,7 +50,7 @@ def preference_job(
         batch_size=batch_size,
         lr=lr,
         caption_weights={"medium": 1.0},
-        caption_dropout=0.0,
+        caption_dropout=caption_dropout,
         schedule=ScheduleConfig(warmup_steps=min(warmup_steps, steps - 1), decay_ratio=0.0),
         irepa=IrepaConfig(),
     )

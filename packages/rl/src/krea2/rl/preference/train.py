@@ -20,17 +20,13 @@ from krea2.trainer import JobConfig, StageConfig, load_job, validate_job
 
 def check_pair_stage(stage: StageConfig, where: str, world: int) -> None:
     """What a preference stage needs beyond a trainer stage: pairs whole on every one of
-    ``world`` data-parallel ranks and one caption per pair (no caption dropout); UserError
-    naming the stage (``where``: its key, e.g. ``stages.2``) and the fix."""
+    ``world`` data-parallel ranks (its ``caption_dropout`` drops a whole pair's prompt:
+    :class:`~krea2.rl.preference.objective.PreferenceObjective`); UserError naming the
+    stage (``where``: its key, e.g. ``stages.2``) and the fix."""
     if stage.batch_size % (2 * world):
         raise UserError(
             f"stage {stage.name!r}: batch_size={stage.batch_size} must be a multiple of "
             f"2 x {world} rank(s) (a batch row pair is a winner and its loser)"
-        )
-    if stage.caption_dropout:
-        raise UserError(
-            f"stage {stage.name!r}: caption_dropout={stage.caption_dropout} would drop one "
-            f"image's prompt of a pair; set {where}.caption_dropout=0"
         )
 
 
