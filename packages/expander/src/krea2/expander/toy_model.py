@@ -35,35 +35,19 @@ CHAT_TEMPLATE = (
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Any:
-    """A byte-level BPE `PreTrainedTokenizerFast` trained on ``texts``, with the chat markers
-    as single tokens, ``<|endoftext|>`` as pad and eos, and `CHAT_TEMPLATE`.
+    """A byte-level BPE `PreTrainedTokenizerFast` trained on ``texts``
+    (:func:`krea2.dit.build_tokenizer`), with the chat markers as single tokens,
+    ``<|endoftext|>`` as pad and `CHAT_TEMPLATE`.
 
     As in Qwen3, ``<think>``/``</think>`` are single tokens but not *special* ones: trl
     decodes completions with ``skip_special_tokens=True``, and a reward must still see
     where the trace ends and the expansion begins."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from krea2.dit import build_tokenizer
 
-    special, thinking = list(SPECIAL_TOKENS[:3]), list(SPECIAL_TOKENS[3:])
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=special,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator(texts, trainer)
-    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in thinking])
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=special[1:],
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
+    return build_tokenizer(
+        texts, vocab_size, template_text=False, added_tokens=SPECIAL_TOKENS[3:],
+        chat_template=CHAT_TEMPLATE,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from krea2.curate.shapes.annotate import shapes_captioner, shapes_tagger
 from krea2.curate.shapes.captions import captions
 from krea2.curate.shapes.copies import COPY_EDITS
 from krea2.curate.shapes.defects import (
+    BORDER_COLOURS,
     DEFECT_CLASSES,
     OVERREPRESENTED,
     SEMANTIC_DUPLICATE,
     PoolItem,
+    add_border,
     encode,
     make_pool,
     write_pool,
@@ -65,6 +67,7 @@ from krea2.curate.shapes.world import (
 __all__ = [
     "BACKGROUND_COLORS",
     "BACKGROUND_KINDS",
+    "BORDER_COLOURS",
     "CELLS",
     "COLORS",
     "COPY_EDITS",
@@ -92,6 +95,7 @@ __all__ = [
     "Verification",
     "Word",
     "WorldSplit",
+    "add_border",
     "captions",
     "concept_scene",
     "detect_objects",

@@ -169,12 +169,24 @@ def _text_dense(pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(img)
 
 
-def _border(pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+# A frame's colours: white, light and mid grey, cream (a scanned page's).
+BORDER_COLOURS: tuple[tuple[int, int, int], ...] = (
+    (255, 255, 255), (200, 200, 200), (128, 128, 128), (235, 225, 200),
+)  # fmt: skip
+
+
+def add_border(
+    pixels: np.ndarray,
+    rng: np.random.Generator,
+    colours: tuple[tuple[int, int, int], ...] = BORDER_COLOURS,
+) -> np.ndarray:
+    """A copy of uint8 ``pixels`` [H, W, 3] with a border of one of ``colours``: a
+    letterbox (6-14 % of the height top and bottom), a pillarbox (of the width, left and
+    right) or a frame (4-8 % all round), drawn from ``rng`` (the border defect of the pool
+    and of the artifact reward's training set)."""
     out = pixels.copy()
     h, w = out.shape[:2]
-    colour = [(255, 255, 255), (200, 200, 200), (128, 128, 128), (235, 225, 200)][
-        int(rng.integers(4))
-    ]
+    colour = colours[int(rng.integers(len(colours)))]
     style = str(rng.choice(["letterbox", "pillarbox", "frame"]))
     f = rng.uniform(0.06, 0.14) if style != "frame" else rng.uniform(0.04, 0.08)
     bh, bw = max(2, int(h * f)), max(2, int(w * f))
@@ -274,7 +286,7 @@ def make_pool(
             add("noise", encode(noise, "png"), "png")
         if "border" in want:
             scene, px = scene_px(_size(rng, min_side, max_side))
-            add("border", encode(_border(px, rng), "png"), "png", scene=scene)
+            add("border", encode(add_border(px, rng), "png"), "png", scene=scene)
         if "text_dense" in want:
             scene, px = scene_px(_size(rng, min_side, max_side))
             add("text_dense", encode(_text_dense(px, rng), "png"), "png", scene=scene)

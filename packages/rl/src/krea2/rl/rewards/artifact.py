@@ -39,18 +39,12 @@ def _blur(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return cv2.GaussianBlur(img, (0, 0), sigma)
 
 
+# The pool's border colours with a near-black one: generators draw dark frames too.
+_BORDER_COLOURS = ((255, 255, 255), (200, 200, 200), (128, 128, 128), (20, 20, 20))
+
+
 def _border(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    out = img.copy()
-    h, w = out.shape[:2]
-    colour = [(255, 255, 255), (200, 200, 200), (128, 128, 128), (20, 20, 20)][rng.integers(4)]
-    style = ("letterbox", "pillarbox", "frame")[rng.integers(3)]
-    f = rng.uniform(0.06, 0.14) if style != "frame" else rng.uniform(0.04, 0.08)
-    bh, bw = max(2, int(h * f)), max(2, int(w * f))
-    if style in ("letterbox", "frame"):
-        out[:bh], out[h - bh :] = colour, colour
-    if style in ("pillarbox", "frame"):
-        out[:, :bw], out[:, w - bw :] = colour, colour
-    return out
+    return shapes.add_border(img, rng, _BORDER_COLOURS)
 
 
 def _broken(scene: shapes.Scene, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
