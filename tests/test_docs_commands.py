@@ -94,12 +94,36 @@ def test_commands_are_in_shell_fences():
     assert not hidden, "commands in an unlabelled fence (tag it ```bash):\n" + "\n".join(hidden)
 
 
-RUNNABLE = [d for d in DOCS if any(b.skip is None for b in shell_blocks(d))]
+# docs/lora.md, the first-time walkthrough, runs in the default set (its own test below).
+LORA_PAGE = ROOT / "docs" / "lora.md"
+RUNNABLE = [d for d in DOCS if any(b.skip is None for b in shell_blocks(d)) and d != LORA_PAGE]
 
 
 @pytest.mark.slow  # ~4 min on 2 cores: `uv run pytest -m slow`
 @pytest.mark.parametrize("doc", RUNNABLE, ids=label)
 def test_doc_commands_run(doc: Path, tmp_path: Path) -> None:
+    run_doc(doc, tmp_path)
+
+
+def test_your_images_to_a_lora_runs_end_to_end(tmp_path: Path) -> None:
+    """docs/lora.md on real photos and the tiny model folder (about 2 min on 2 cores): the
+    near-duplicate is named, the stopped run resumes and extends, samples and plots are
+    written, and the exported LoRA loads, samples and unloads in diffusers."""
+    outputs = run_doc(LORA_PAGE, tmp_path)
+    dropped = (tmp_path / "shards" / "mine-64" / "dropped.tsv").read_text()
+    assert "copy-of-00.jpg\tnear_duplicate" in dropped, dropped
+    assert (tmp_path / "samples" / "grid.png").is_file()
+    assert (tmp_path / "lora-tiny.safetensors").is_file()
+    assert any((tmp_path / "lora-tiny").glob("*.safetensors"))
+    assert "loaded, sampled and unloaded the LoRA: (64, 64)" in outputs
+    assert (tmp_path / "lora.png").is_file()
+    metrics = (tmp_path / "runs" / "lora-tiny" / "metrics.jsonl").read_text()
+    assert '"step": 59' in metrics  # extended from 40 to 60 steps
+
+
+def run_doc(doc: Path, tmp_path: Path) -> str:
+    """Run every runnable shell block of ``doc`` in order in ``tmp_path`` (the repository's
+    folders linked in); returns their outputs (each cut to its last 4000 characters)."""
     for name in LINKED:
         (tmp_path / name).symlink_to(ROOT / name)
     env = {
@@ -108,14 +132,17 @@ def test_doc_commands_run(doc: Path, tmp_path: Path) -> None:
         "HF_HUB_OFFLINE": "1",
         "KREA2_PROGRESS": "plain",
     }
+    outputs = []
     try:
         for block in shell_blocks(doc):
             if block.skip is not None:
                 continue
             rc, out = run_block(block, tmp_path, env)
             assert rc == 0, f"{label(doc)}:{block.line} exited {rc}\n$ {block.code}\n{out}"
+            outputs.append(out)
     finally:
         stop_embedded_shards(tmp_path, env)
+    return "\n".join(outputs)
 
 
 def run_block(block: Block, cwd: Path, env: dict[str, str]) -> tuple[int, str]:

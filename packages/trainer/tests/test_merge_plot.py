@@ -71,6 +71,15 @@ def test_plot_writes_png_and_html(run, tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG" and "<img" in html.read_text()
 
 
+def test_plot_into_a_folder_writes_curves_there(run, tmp_path):
+    """``--out plots/`` (or an existing folder) means a folder, as the default RUN/curves."""
+    result = CliRunner().invoke(app, ["plot", str(run), "--out", f"{tmp_path / 'plots'}/"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "plots" / "curves.png").is_file()
+    assert (tmp_path / "plots" / "curves.html").is_file()
+    assert not (tmp_path / "plots.png").exists()
+
+
 def test_metrics_reader_keeps_the_last_row_of_a_replayed_step(tmp_path):
     path = tmp_path / "metrics.jsonl"
     rows = [

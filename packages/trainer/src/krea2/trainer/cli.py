@@ -114,15 +114,25 @@ def toy_data(
 @app.command()
 def plot(
     run_dir: Path = typer.Argument(..., help="a run directory holding metrics.jsonl"),
-    out: Path = typer.Option(None, "--out", help="output prefix (default RUN_DIR/curves)"),
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        help="output prefix, or a folder (ends with / or exists) for "
+        "FOLDER/curves.png and .html (default RUN_DIR/curves)",
+    ),
 ) -> None:
     """Write loss curves as PNG and an HTML page with the newest sample grids.
 
-    Example: krea2 train plot runs/toy-pretrain
+    Example: krea2 train plot runs/toy-pretrain --out plots/
     """
     from krea2.trainer.plot import plot_run
 
-    png, html = plot_run(run_dir, out)
+    prefix = None
+    if out is not None:  # a folder holds curves.png and curves.html, as the default does
+        folder = out.endswith(("/", "\\")) or Path(out).is_dir()
+        prefix = Path(out) / "curves" if folder else Path(out)
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+    png, html = plot_run(run_dir, prefix)
     typer.echo(f"wrote {png} and {html}")
 
 

@@ -163,3 +163,67 @@ def write_photo_folder(out: str | Path, n: int = 12, seed: int = 0) -> Path:
         caption = blob_captions(blob_class, cell)[0]["text"].replace("black", "noisy")
         (out / f"photo-{i:02d}.txt").write_text(caption + "\n")
     return out
+
+
+# Real photographs that ship inside installed wheels (scikit-image, scikit-learn, matplotlib;
+# public-domain or freely licensed, see each package's data README), with a one-line caption
+# each: (package, path inside it, caption).
+REAL_PHOTOS: tuple[tuple[str, str, str], ...] = (
+    ("skimage", "data/astronaut.png", "a smiling astronaut in an orange spacesuit before a flag"),
+    ("skimage", "data/chelsea.png", "a tabby cat looking into the camera"),
+    ("skimage", "data/coffee.png", "a cup of coffee on a red saucer"),
+    ("skimage", "data/rocket.jpg", "a rocket on its launch pad at dusk"),
+    ("skimage", "data/hubble_deep_field.jpg", "distant galaxies scattered over a black sky"),
+    ("skimage", "data/motorcycle_left.png", "a red motorcycle parked in a garage"),
+    ("skimage", "data/retina.jpg", "a photograph of the back of a human eye"),
+    ("skimage", "data/ihc.png", "a microscope view of stained tissue"),
+    ("sklearn", "datasets/images/china.jpg", "a chinese temple between green trees"),
+    ("sklearn", "datasets/images/flower.jpg", "an orange dahlia on a green background"),
+    ("matplotlib", "mpl-data/sample_data/grace_hopper.jpg", "a woman in uniform before a flag"),
+)
+
+
+def write_real_photo_folder(out: str | Path) -> Path:
+    """A folder of real photos to try the LoRA flow on (docs/lora.md): the
+    :data:`REAL_PHOTOS` found in this environment's wheels, as ``NN-name.jpg`` (PNGs
+    re-encoded as JPEG, the way photos arrive), each with its caption in ``NN-name.txt``
+    except the second, whose caption is in ``NN-name.json`` (``{"caption": ...}``: the
+    other sidecar convention); plus ``copy-of-00.jpg``, the first photo re-encoded smaller
+    at a lower quality (the near-duplicate a folder of one's own photos often holds), with
+    its own caption. FileNotFoundError naming the missing packages when fewer than 6
+    photos are found."""
+    import importlib.util
+
+    from PIL import Image
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    found: list[tuple[Path, str]] = []
+    missing: set[str] = set()
+    for package, rel, caption in REAL_PHOTOS:
+        spec = importlib.util.find_spec(package)  # located, not imported (sklearn is slow)
+        path = Path(spec.origin).parent / rel if spec and spec.origin else None
+        if path is not None and path.is_file():
+            found.append((path, caption))
+        else:
+            missing.add(package)
+    if len(found) < 6:
+        raise FileNotFoundError(
+            f"found {len(found)} of {len(REAL_PHOTOS)} bundled photos (missing packages: "
+            f"{', '.join(sorted(missing))}); pip install scikit-image scikit-learn, or use a "
+            "folder of your own images with <name>.txt captions"
+        )
+    for i, (path, caption) in enumerate(found):
+        stem = f"{i:02d}-{path.stem.replace('_', '-')}"
+        with Image.open(path) as im:
+            im.convert("RGB").save(out / f"{stem}.jpg", quality=92)
+        if i == 1:
+            (out / f"{stem}.json").write_text(json.dumps({"caption": caption}) + "\n")
+        else:
+            (out / f"{stem}.txt").write_text(caption + "\n")
+    first, caption = found[0]
+    with Image.open(first) as im:
+        smaller = im.convert("RGB").resize((im.width * 3 // 4, im.height * 3 // 4))
+        smaller.save(out / "copy-of-00.jpg", quality=70)
+    (out / "copy-of-00.txt").write_text(caption + ", again\n")
+    return out
