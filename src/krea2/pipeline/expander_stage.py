@@ -18,7 +18,8 @@ from krea2.trainer import JobConfig
 STAGE = "expander"
 WHAT = "prompt expander: SFT, then GDPO with and without the diversity reward"
 HEADERS = ["prompts to the DiT", "faithful expansions", "ShapesEval on the request",
-           "all correct", "intra-group diversity", "distinct expansions"]  # fmt: skip
+           "Δ against SFT ± SE", "all correct", "intra-group diversity",
+           "distinct expansions"]  # fmt: skip
 LABELS = {"sft": "expander after SFT", "gdpo": "expander after GDPO",
           "gdpo-no-diversity": "GDPO without the diversity reward"}  # fmt: skip
 CURVE_LABELS = {"gdpo": "GDPO", "gdpo-no-diversity": "GDPO, no diversity"}  # legend-sized
@@ -49,14 +50,31 @@ def run_demo_stage(
     return run_expander_stage(target, index, work, scenes, [concept_scene(c) for c in held_out], s)
 
 
+def delta_to_sft(result: dict, name: str) -> dict[str, float] | None:
+    """Expander ``name``'s ShapesEval minus the SFT expander's, paired over the requests
+    (each request's seeds averaged), with its standard error; None for SFT itself or a
+    result written before per-request scores were kept."""
+    from krea2.pipeline.evaluation import paired_delta
+
+    models = result["models"]
+    if name == "sft" or "per_request" not in models[name] or "sft" not in models:
+        return None
+    return paired_delta(
+        np.asarray(models[name]["per_request"])[:, None],
+        np.asarray(models["sft"]["per_request"])[:, None],
+    )
+
+
 def rows(result: dict) -> list[list[str]]:
     """Rows of :data:`HEADERS`: the raw requests, then each expander."""
     raw = result["raw"]
-    out = [["raw short requests", "", f"{raw['shapes_eval']:.3f}", f"{raw['all_correct']:.3f}",
-            "", ""]]  # fmt: skip
+    out = [["raw short requests", "", f"{raw['shapes_eval']:.3f}", "",
+            f"{raw['all_correct']:.3f}", "", ""]]  # fmt: skip
     for name, m in result["models"].items():
+        d = delta_to_sft(result, name)
         out.append([
             LABELS.get(name, name), f"{m['faithful']:.3f}", f"{m['shapes_eval']:.3f}",
+            f"{d['delta']:+.3f} ± {d['se']:.3f}" if d else "",
             f"{m['all_correct']:.3f}", f"{m['diversity']:.3f}",
             f"{m['distinct_expansions']:.3f}",
         ])  # fmt: skip
@@ -64,13 +82,18 @@ def rows(result: dict) -> list[list[str]]:
 
 
 def summary(result: dict) -> dict:
-    """summary.json's ``expander``: the measures per expander, the raw requests' ShapesEval,
-    the last logged GDPO rewards and seconds."""
+    """summary.json's ``expander``: the measures per expander (after GDPO with ``delta``,
+    the paired difference to SFT ± SE), the raw requests' ShapesEval, the last logged GDPO
+    rewards and seconds."""
     keep = ("faithful", "faithfulness_score", "shapes_eval", "all_correct", "diversity",
             "distinct_expansions")  # fmt: skip
+    models = {
+        name: {k: m[k] for k in keep} | ({"delta": d} if (d := delta_to_sft(result, name)) else {})
+        for name, m in result["models"].items()
+    }
     return {
         "raw": {k: result["raw"][k] for k in ("shapes_eval", "all_correct")},
-        **{name: {k: m[k] for k in keep} for name, m in result["models"].items()},
+        **models,
         "last_rewards": {
             run: {k: v[-1] for k, v in c.items() if k != "step" and v}
             for run, c in result["curves"].items()
