@@ -1,4 +1,5 @@
-"""krea2.rl's objectives as trainer stages: ``dpo``, ``stpo``, ``grpo`` and ``nft``.
+"""krea2.rl's objectives as trainer stages: ``dpo``, ``stpo``, ``grpo``, ``nft``, ``tdm``
+and ``dmd2``.
 
 Registered in ``krea2.objectives`` (this package's ``pyproject.toml``), so a job's
 ``[[stages]]`` may name them and ``krea2 train --config`` runs them on the trainer's loop
@@ -6,7 +7,9 @@ without the trainer importing ``krea2.rl``. A stage's ``[stages.settings]`` tabl
 objective's own config: :class:`~krea2.rl.preference.loss.PreferenceConfig` for ``dpo``
 and ``stpo`` (pair shards: ``krea2 rl export-pairs``), :class:`~krea2.rl.online.GrpoConfig`
 for ``grpo`` and ``nft`` (prompt shards: ``krea2.rl.online.export_prompt_shards``; the
-rewards are specs of :func:`krea2.rl.rewards.load_reward`)::
+rewards are specs of :func:`krea2.rl.rewards.load_reward`), :class:`~krea2.rl.distill.TdmConfig`
+for ``tdm`` and ``dmd2`` (distillation of the stage's start into a few-step student, data-free
+on prompt shards)::
 
     [[stages]]
     name = "po"
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from krea2.rl.distill.config import TdmConfig
 from krea2.rl.online.config import GrpoConfig
 from krea2.rl.preference.loss import PreferenceConfig
 from krea2.trainer.objectives import ObjectiveSpec
 
-__all__ = ["DPO", "GRPO", "NFT", "STPO"]
+__all__ = ["DMD2", "DPO", "GRPO", "NFT", "STPO", "TDM"]
 
 
 def _preference(settings: PreferenceConfig, stage: Any, job: Any) -> Any:
@@ -69,4 +73,31 @@ STPO = _preference_spec(
 GRPO = _online_spec("grpo", "GRPO on SDE rollouts without CFG, rewards by spec, on prompt shards")
 NFT = _online_spec(
     "nft", "DiffusionNFT on the same rollouts (forward-process negative-aware fine-tuning)"
+)
+
+
+def _distill(settings: TdmConfig, stage: Any, job: Any) -> Any:
+    from krea2.rl.distill.objective import TdmObjective
+
+    return TdmObjective(settings, job)
+
+
+def _distill_stage(stage: Any, where: str, dp: int) -> None:
+    from krea2.rl.distill.stage import check_distill_stage
+
+    check_distill_stage(stage, where, dp)
+
+
+def _distill_spec(mode: str, summary: str) -> ObjectiveSpec:
+    """``TdmConfig`` with ``mode`` fixed, on prompt shards (data-free)."""
+    return ObjectiveSpec(mode, summary, TdmConfig, _distill, rows="prompts",
+                         judges_spikes=False, fixed={"mode": mode},
+                         check=_distill_stage)  # fmt: skip
+
+
+TDM = _distill_spec(
+    "tdm", "TDM (Turbo): few-step student matched to the CFG teacher at every step's interval"
+)
+DMD2 = _distill_spec(
+    "dmd2", "DMD2 ablation: one fake score over all times, two-time-scale fake updates"
 )
