@@ -48,7 +48,10 @@ def pseudo_huber(diff: Tensor, c: float | None) -> Tensor:
     the latent's units; None: the squared error d² (TDM's loss without ``use_huber``)."""
     if c is None:
         return diff.square()
-    return torch.sqrt(diff.square() + c * c) - c
+    sq = diff.square()
+    # the same value written without cancellation: √(d² + c²) − c loses every digit of a
+    # d far below c in float32
+    return sq / (torch.sqrt(sq + c * c) + c)
 
 
 def dmd_normaliser(x0: Tensor, x0_teacher_cfg: Tensor, floor: float = 1e-8) -> Tensor:

@@ -100,7 +100,11 @@ class TdmObjective:
             lr = self.settings.fake_lr
             if lr is None:
                 lr = run.stage.lr if run.stage.lr is not None else self.job.optimizer.lr
-            self._fake = FakeScore.build(self.job, run.stage, env, self.settings, lr)
+            # build_module reseeds the global RNG (a seeded build); keep the run's stream as
+            # it was, so building here or at a resume changes no later draw
+            devices = [env.device] if env.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):
+                self._fake = FakeScore.build(self.job, run.stage, env, self.settings, lr)
         return self._fake
 
     def _ready_fake(self, run: StageRun, env: DistEnv, step: int) -> FakeScore:

@@ -1,0 +1,127 @@
+"""Distillation as trainer stages: one TOML job, flow matching → ``tdm`` (a full-copy fake
+score) → ``dmd2`` (a LoRA fake score), run by ``krea2 train --config``. 2 gloo ranks equal
+1 rank; a SIGKILL mid-``tdm`` resumes to the same losses, the fake score's weights and
+AdamW moments included."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from krea2.infra.errors import UserError
+from krea2.trainer import load_job, validate_job
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pref_helpers import held_env, kill_when_held, launch_module, newest_save_at
+from tdm_helpers import distill_job, train_rows, write_data
+
+TDM_STEPS, DMD2_STEPS = 4, 2
+# A fast fake score (lr 1e-3) so its state visibly shapes every later step's numbers.
+TDM_SETTINGS = "student_steps = 2\nteacher_guidance = 3.0\nfake_lr = 1e-3"
+ABLATION = f"""
+[[stages]]
+name = "ablation"
+objective = "dmd2"
+data = ["PROMPTS/*.parquet"]
+steps = {DMD2_STEPS}
+batch_size = 4
+lr = 1e-4
+[stages.schedule]
+warmup_steps = 0
+[stages.settings]
+student_steps = 2
+fake = "lora"
+fake_lora_rank = 4
+fake_updates = 2
+fake_lr = 1e-3
+"""
+COMPARED = ("loss", "grad_norm", "fake_loss", "teacher_fake_gap", "dm_grad_norm")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    return write_data(tmp_path_factory.mktemp("tdm-data"))
+
+
+def _job(root: Path, data: dict[str, Path], settings: str = TDM_SETTINGS) -> Path:
+    extra = ABLATION.replace("PROMPTS", str(data["prompts"]))
+    return distill_job(root, data, tdm_steps=TDM_STEPS, settings=settings, extra_stages=extra)
+
+
+def _launch(nproc: int, config: Path, *args: str, env: dict[str, str] | None = None):
+    return launch_module(nproc, "krea2.trainer", "--config", str(config), *args, env=env)
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory, data) -> dict[tuple[str, int], dict]:
+    root = tmp_path_factory.mktemp("tdm-1")
+    krea2 = Path(sys.executable).with_name("krea2")  # the console command a user types
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([str(krea2), "train", "--config", str(_job(root, data))],
+                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return train_rows(root / "run")
+
+
+def test_krea2_train_runs_flow_then_tdm_then_dmd2(one_rank):
+    assert sorted({s for s, _ in one_rank}) == ["ablation", "pretrain", "turbo"]
+    for step in range(TDM_STEPS):
+        row = one_rank[("turbo", step)]
+        for name in (*COMPARED, "fake_grad_norm", "cfg_term", "dmd_normaliser", "x0_rms"):
+            assert math.isfinite(row[name]), (step, name)
+        assert row["is_weight"] > 0 and 0 <= row["is_weight_clipped"] <= 1
+        assert row["cfg_term"] > 0  # the teacher runs with CFG (krea2 scale 2)
+    # the fake score starts as the teacher and learns the student's samples from there
+    gaps = [one_rank[("turbo", s)]["teacher_fake_gap"] for s in range(TDM_STEPS)]
+    assert gaps[-1] > gaps[0] > 0
+    for step in range(DMD2_STEPS):  # DMD2: fresh Gaussian noise only, weights exactly 1
+        row = one_rank[("ablation", step)]
+        assert row["is_weight"] == pytest.approx(1.0) and math.isfinite(row["loss"])
+
+
+def test_two_gloo_ranks_equal_one(tmp_path, data, one_rank):
+    out, _ = (proc := _launch(2, _job(tmp_path, data))).communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    two = train_rows(tmp_path / "run")
+    assert sorted(two) == sorted(one_rank)
+    for key, a in one_rank.items():
+        for name in COMPARED:
+            if name in a:
+                assert two[key][name] == pytest.approx(a[name], rel=1e-4, abs=1e-7), (key, name)
+
+
+def test_sigkill_mid_tdm_resumes_to_the_same_losses(tmp_path, data, one_rank):
+    config = _job(tmp_path, data)
+    notice, saved = tmp_path / "paused", newest_save_at(3, every=1)
+    proc = _launch(1, config, env=held_env("turbo", 3, notice))
+    kill_when_held(proc, notice, tmp_path / "run" / "checkpoints" / "turbo", saved)
+    out, _ = (proc := _launch(1, config, "--resume")).communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"resumed stage turbo at step {saved + 1}" in out
+    rows = train_rows(tmp_path / "run")
+    assert sorted(rows) == sorted(one_rank)
+    # Stages the resumed process starts fresh are compared up to their first update: the
+    # trainer's resume probe (torch's get_optimizer_state_dict) leaves a fresh stage's AdamW
+    # at step count 1, so its first update differs slightly from an uninterrupted run's.
+    fresh_after_first = {("ablation", s) for s in range(1, DMD2_STEPS)}
+    for key, a in one_rank.items():
+        for name in COMPARED:
+            if name in a and key not in fresh_after_first:
+                assert rows[key][name] == pytest.approx(a[name], rel=1e-5, abs=1e-9), (key, name)
+
+
+def test_settings_are_tdms_own_config_with_clear_refusals(tmp_path, data):
+    def problem(settings: str = TDM_SETTINGS, overrides: tuple[str, ...] = ()) -> str:
+        with pytest.raises(UserError) as err:
+            validate_job(load_job(_job(tmp_path, data, settings), list(overrides)), 1)
+        return str(err.value)
+
+    assert "stages.1.settings.studnet_steps" in problem("studnet_steps = 2")
+    assert "'tdm'" in problem('mode = "dmd2"')  # the name fixes the mode
+    assert "teacher_guidance=1" in problem("teacher_guidance = 0.0")
+    assert "LoRA student is not built yet" in problem(overrides=("stages.1.lora.rank=4",))
