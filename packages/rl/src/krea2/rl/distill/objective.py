@@ -87,10 +87,6 @@ class TdmObjective:
         """The fake score's trained weights and AdamW moments (objective checkpoint state)."""
         return self._fake_of(run, None).state_dict()
 
-    def fake_score(self, run: StageRun, env: DistEnv | None = None) -> FakeScore:
-        """The fake score of ``run``'s stage (built on first use)."""
-        return self._fake_of(run, env)
-
     def _fake_of(self, run: StageRun, env: DistEnv | None) -> FakeScore:
         if self._fake is None:
             if env is None:  # a resume: the trainer asks for the state before any step
@@ -163,9 +159,12 @@ class TdmObjective:
         grad_norm = finish_grads(run, cfg, env)
         t3 = time.perf_counter()
 
+        k_steps = s.student_steps
         flat = [sums[k] for k in _SUMS] + sums["stage_loss"] + sums["stage_n"]
         red = all_reduce_sum(torch.tensor(flat, dtype=torch.float64), env).tolist()
-        got = dict(zip(_SUMS, red, strict=False))
+        got = dict(zip(_SUMS, red[: len(_SUMS)], strict=True))
+        stage_loss = red[len(_SUMS) : len(_SUMS) + k_steps]
+        stage_n = red[len(_SUMS) + k_steps :]
         n, fake_n = max(got["n"], 1.0), max(got["fake_n"], 1.0)
         out: dict[str, Any] = {
             "loss": got["loss"] / n,
@@ -189,10 +188,8 @@ class TdmObjective:
             "time_fake": t2 - t1,
             "time_student": t3 - t2,
         }
-        k_steps = s.student_steps
-        for k in range(k_steps):
-            count = red[len(_SUMS) + k_steps + k]
-            out[f"loss_step{k}"] = red[len(_SUMS) + k] / count if count else None
+        for k, (total, count) in enumerate(zip(stage_loss, stage_n, strict=True)):
+            out[f"loss_step{k}"] = total / count if count else None  # per student step k
         return out
 
     # ------------------------------------------------------------------ pieces
