@@ -1,13 +1,16 @@
-"""krea2.rl: rewards and reward servers, preference pairs, Diffusion-DPO and STPO, GRPO.
+"""krea2.rl: rewards and reward servers, preference pairs, Diffusion-DPO and STPO, GRPO,
+TDM distillation.
 
-Three parts, each a sub-package with its own ``__all__``:
+Four parts, each a sub-package with its own ``__all__``:
 
 * ``krea2.rl.rewards``: the reward contract (images + prompts → one score per image and
   named sub-scores), the reward kinds, their composition, and reward servers/clients;
 * ``krea2.rl.preference``: preference pairs (on-policy generation, the pairs table, the
   annotation page) and preference optimization (Diffusion-DPO, STPO) on the trainer;
 * ``krea2.rl.online``: multi-reward RL without CFG (GRPO on SDE rollouts, DiffusionNFT),
-  prompt-pool curation and reward-hacking guards, on the trainer.
+  prompt-pool curation and reward-hacking guards, on the trainer;
+* ``krea2.rl.distill``: timestep and guidance distillation into a few-step CFG-free
+  student (TDM, Turbo's objective; DMD2 as its ablation), on the trainer.
 
 and ``krea2.rl.serving``: what every HTTP server here and in ``krea2.expander`` checks
 first (a token off loopback, a capped body, bounded JSON), exported at this root.
@@ -23,6 +26,7 @@ _HOMES: dict[str, str | None] = {
     "rewards": None,
     "preference": None,
     "online": None,
+    "distill": None,
     "serving": None,
     "objectives": None,
     "BadJson": "serving",
