@@ -16,6 +16,7 @@ from krea2.infra.checkpoint import (
     capture_rng_state,
     restore_rng_state,
 )
+from krea2.infra.checkpoint_layout import scan_checkpoints
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.infra.progress import Progress, progress
@@ -294,6 +295,10 @@ class Trainer:
         """Load the stage's newest loadable checkpoint into ``run``; returns its plain data,
         or None when the stage has none. A corrupt newer one is reported and set aside by
         the manager; when none loads, the run stops (the module may be half-loaded)."""
+        if not scan_checkpoints(run.checkpoints.root):  # (torn or corrupt ones count)
+            # No template either: torch's get_optimizer_state_dict initialises an empty
+            # AdamW with a zero step, which would leave a fresh stage's step count at 1.
+            return None
         try:
             return load_checkpoint_state(run, run.objective)
         except FileNotFoundError:
