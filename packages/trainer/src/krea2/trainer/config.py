@@ -239,7 +239,7 @@ class StageConfig:
     # LoRA adapters, the next stage's start) is the average. Checkpoints hold it.
     ema_decay: float = 0.0
     # The stage's loss: a registered objective (krea2.trainer.objectives; "flow" is flow
-    # matching, krea2-rl adds dpo, stpo, grpo, nft) and its own settings table, which the
+    # matching, krea2-rl adds dpo, stpo, grpo, nft, tdm, dmd2) and its own settings table, which the
     # objective's library builds into its config type ([stages.settings] in TOML).
     objective: str = "flow"
     settings: dict[str, Any] = field(default_factory=dict)

@@ -109,7 +109,7 @@ def objective_spec(name: str) -> ObjectiveSpec:
         known = "\n  ".join(f"{n}: {s.summary}" for n, s in specs.items())
         raise UserError(
             f"unknown objective {name!r}{hint}; installed objectives:\n  {known}\n"
-            "(others come with their packages, e.g. krea2-rl for dpo, stpo, grpo, nft)"
+            "(others come with their packages, e.g. krea2-rl for dpo, stpo, grpo, nft, tdm, dmd2)"
         )
     return specs[name]
 
