@@ -12,7 +12,9 @@ precision: grouped pairs that are true (same photo). The "all" row runs every cl
 pool. Seed 0 chose the ladder threshold; the table shows seed 1 (held out).
 
 Ours: ``krea2 curate``'s analyze (one reduced decode, the ten cheap filters, phash, colorhash,
-hue histogram, crop ladder) then ``dedup.dedup_configured`` at the default config. imagehash:
+hue histogram, crop ladder) then ``dedup.dedup_configured`` with the crop ladder on and its
+pairs verified on their pixels (``dedup.ladder_verify``; the images decoded again), beside
+the same with the verification off (``ours_unverified``: the ladder alone). imagehash:
 ``phash`` (64 bits) of the full decode, pairs within 10 bits. imagededup: ``PHash``, pairs
 within its default ``max_distance_threshold`` of 10 (``--imagededup DIR`` puts a throwaway
 install on the path; without it the column says why it is missing). Speed: images per
@@ -39,7 +41,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from krea2.curate.config import CurateConfig, DedupConfig
-from krea2.curate.dedup import dedup_configured
+from krea2.curate.copy_verify import decoding_reader
+from krea2.curate.dedup import DedupResult, dedup_configured
 from krea2.curate.image_analysis import analyze_bytes
 from krea2.curate.photo_edits import EDIT_CLASSES, EXTRA_CLASSES, edit, encode, views
 from krea2.curate.threads import single_threaded
@@ -133,19 +136,22 @@ def score(items: list[dict], group: np.ndarray) -> dict:
     }
 
 
-# the crop ladder on, at the distance measured here (it is off by default: docs/curate.md)
-PHOTOS_CONFIG = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))
+# The default: the crop ladder on at the distance measured here, its pairs verified on pixels;
+# and the same with the verification off (the ladder alone).
+PHOTOS_CONFIG = CurateConfig()
+UNVERIFIED = CurateConfig(dedup=DedupConfig(ladder_verify=0.0))
 
 
-def ours_groups(analyses, cfg: CurateConfig) -> np.ndarray:
+def ours_dedup(analyses, datas: list[bytes], cfg: CurateConfig) -> DedupResult:
     def stack(k):
         return np.stack([np.frombuffer(a.hashes[k], np.uint8) for a in analyses])
 
     areas = np.asarray([a.width * a.height for a in analyses])
+    read = decoding_reader(datas.__getitem__, [(a.width, a.height) for a in analyses])
     return dedup_configured(
         [a.md5 for a in analyses], stack("phash12"), stack("colorhash"), stack("phash8"),
-        areas, stack("huehist"), cfg.dedup, stack("ladder"),
-    ).group  # fmt: skip
+        areas, stack("huehist"), cfg.dedup, stack("ladder"), read,
+    )  # fmt: skip
 
 
 def load_imagededup(path: str | None):
@@ -176,9 +182,13 @@ def evaluate(items, cfg, phasher, kinds) -> dict:
     for name, ks in runs.items():
         keep = [i for i, it in enumerate(items) if it["kind"] in ("original", "view", *ks)]
         sub = [items[i] for i in keep]
-        start = time.process_time()
-        res = {"ours": score(sub, ours_groups([analyses[i] for i in keep], cfg))}
-        res["ours"]["search_s"] = time.process_time() - start
+        res = {}
+        for method, c in (("ours", cfg), ("ours_unverified", UNVERIFIED)):
+            start = time.process_time()
+            r = ours_dedup([analyses[i] for i in keep], [it["data"] for it in sub], c)
+            res[method] = score(sub, r.group)
+            res[method]["search_s"] = time.process_time() - start
+            res[method] |= {"ladder_checked": r.ladder_checked, "ladder_kept": r.ladder_kept}
         res["imagehash"] = score(sub, groups_from_pairs(len(sub), hamming_pairs(ih[keep], 10)))
         if idd is not None:
             g = groups_from_pairs(len(sub), hamming_pairs(idd[keep], 10))
@@ -218,6 +228,7 @@ def per_core_speed(datas: list[bytes], cfg, phasher, repeats: int) -> dict:
 def look_alikes(n: int, phasher) -> dict:
     """False pairs among ``n`` distinct ShapesWorld scenes (flat backgrounds, a few shapes:
     many share a layout and differ only in colour), by method; ours also split by path."""
+    from krea2.curate.copy_verify import LADDER_VIEW, verify_read
     from krea2.curate.dedup import ladder_pairs, near_duplicate_pairs
     from krea2.curate.shapes.defects import make_pool as shapes_pool
 
@@ -230,14 +241,18 @@ def look_alikes(n: int, phasher) -> dict:
     colour, hue = stack("colorhash"), stack("huehist")
     phash = near_duplicate_pairs(stack("phash12"), colour, stack("phash8"), hue=hue)
     ladder = ladder_pairs(stack("ladder"), colour, hue=hue)
-    ours = {(int(a), int(b)) for a, b in np.concatenate([phash, ladder])}
+    read = decoding_reader(lambda i: pool[i].data, [(a.width, a.height) for a in analyses])
+    threshold = CurateConfig().dedup.ladder_verify
+    verified = ladder[verify_read(ladder, read, threshold, LADDER_VIEW)[0]]
+    ours = {(int(a), int(b)) for a, b in np.concatenate([phash, verified])}
     ih = np.stack([imagehash.phash(rgb(it.data)).hash.ravel() for it in pool])
     out = {
         "scenes": n,
         "pairs": n * (n - 1) // 2,
         "ours": len(ours),
         "ours_phash_path": len(phash),
-        "ours_ladder_path": len(ladder),
+        "ours_ladder_path": len(verified),
+        "ours_ladder_unverified": len(ladder),
         "imagehash": len(hamming_pairs(ih, 10)),
     }
     if phasher is not None:
@@ -314,7 +329,9 @@ SPEED_HEADERS = ["images", "mean MP", "ours img/s", "imagehash img/s", "imageded
 
 def markdown(results: dict) -> str:
     held = results["seeds"][str(results["held_out_seed"])]
-    methods = [m for m in ("ours", "imagehash", "imagededup") if m in held["crop"]]
+    methods = [
+        m for m in ("ours", "ours_unverified", "imagehash", "imagededup") if m in held["crop"]
+    ]
     rows = []
     for k in [*EDIT_CLASSES, *EXTRA_CLASSES, "all"]:
         r = held[k]
@@ -327,6 +344,9 @@ def markdown(results: dict) -> str:
     ]  # fmt: skip
     look = results["look_alikes"]
     search = results["search"]
+    every = held["all"]
+    checked = every["ours"]["ladder_checked"]
+    verify_s = every["ours"]["search_s"] - every["ours_unverified"]["search_s"]
     missing = results.get("imagededup_missing")
     return (
         "## Curate: near-duplicates of real photos (`benchmarks/near_dups.py`)\n\n"
@@ -338,18 +358,27 @@ def markdown(results: dict) -> str:
         "groups by connected components of its pairs; every decoded copy takes part, also "
         "those the cheap filters would reject as too small. P: grouped pairs that are the "
         "same photo; R: copies grouped with their original. Ours: the analyze stage and the "
-        "dedup pass at the default config (phash path + crop ladder, `krea2.curate."
-        "crop_ladder`); imagehash: `phash` ≤ 10 of 64 bits on the full decode; imagededup: "
-        "`PHash` at its default `max_distance_threshold=10`. Held-out seed "
-        f"{results['held_out_seed']} (seed 0 chose the ladder threshold; both seeds are in the "
-        "JSON). Targets: P ≥ 0.99 and R ≥ 0.95 per class; the extra rows are outside them."
+        "dedup pass (phash path + crop ladder, `krea2.curate.crop_ladder`, at distance "
+        f"{PHOTOS_CONFIG.dedup.ladder_max_distance}, its pairs verified on pixels at "
+        f"`dedup.ladder_verify` = {PHOTOS_CONFIG.dedup.ladder_verify}); ours_unverified: the "
+        "same with the ladder's pairs taken unverified; imagehash: `phash` ≤ 10 of 64 bits on "
+        "the full decode; imagededup: `PHash` at its default `max_distance_threshold=10`. "
+        f"Held-out seed {results['held_out_seed']} (seed 0 chose the ladder's thresholds; both "
+        "seeds are in the JSON). Targets: P ≥ 0.99 and R ≥ 0.95 per class; the extra rows are "
+        "outside them."
         + (f" imagededup: {missing}." if missing else "")
         + "\n\n"
         + table(["edit class", "copies", *[f"{m} P / R" for m in methods]], rows)
+        + f"\n\nVerification cost, in the all-classes pool of {every['ours']['copies']:,} copies: "
+        f"{checked:,} ladder pairs that the phash path and md5s had not joined were checked "
+        f"({every['ours']['ladder_kept']:,} kept), {verify_s:.1f} CPU-s in all, "
+        f"{1000 * verify_s / max(1, checked):.1f} ms per pair (both images decoded again, once "
+        "per component, and compared)."
         + f"\n\nLook-alikes: {look['scenes']:,} distinct ShapesWorld scenes ({look['pairs']:,} "
         "pairs, none a copy; flat backgrounds and a few shapes, many sharing a layout in other "
         f"colours) give ours {look['ours']} false pairs ({look['ours_phash_path']} by the "
-        f"phash path, {look['ours_ladder_path']} by the ladder), imagehash "
+        f"phash path, {look['ours_ladder_path']} by the verified ladder of "
+        f"{look['ours_ladder_unverified']} unverified), imagehash "
         f"{look['imagehash']}"
         + (f", imagededup {look['imagededup']}" if "imagededup" in look else "")
         + f". Search: the ladder search over {search['images']:,} random ladders (chance "

@@ -53,10 +53,11 @@ def test_labels_come_from_what_the_generator_rendered():
 
 
 def test_dedup_against_the_generator_on_the_one_object_renders(tmp_path):
-    """Hash dedup (the component the demo evaluates), scored on labels written without it, at
-    the demo's 320 px: it keeps every concept's first render and folds every byte-identical
-    re-render. Sub-pixel re-renders of one flat shape are folded only in part (phash moves
-    under such nudges; docs/curate.md), which the demo reports apart as measured."""
+    """Hash dedup (the component the demo evaluates; the crop ladder on, its pairs verified on
+    pixels), scored on labels written without it, at the demo's 320 px: it merges no two
+    concepts, keeps every concept's first render and folds every byte-identical re-render.
+    Sub-pixel re-renders of one flat shape are folded only in part (phash moves under such
+    nudges; docs/curate.md), which the demo reports apart as measured."""
     spec = PoolSpec(
         per_concept=2, rerenders=1, side=320, n_clean_multi=4, n_per_defect=1, n_overrepresented=3
     )
@@ -67,9 +68,13 @@ def test_dedup_against_the_generator_on_the_one_object_renders(tmp_path):
     assert by_label["clean"] == len(split.train) and by_label[VARIANT] > 0
     labels = read_labels(Path(pool["labels"]))
     world = sorted(f for f, m in labels.items() if is_one_object(m))
-    result = dedup_analyses(
-        [analyze_bytes((tmp_path / f).read_bytes(), CurateConfig()) for f in world], CurateConfig()
-    )
+    datas = [(tmp_path / f).read_bytes() for f in world]
+    cfg = CurateConfig()
+    assert cfg.dedup.ladder_max_distance > 0 and cfg.dedup.ladder_verify > 0
+    result = dedup_analyses([analyze_bytes(d, cfg) for d in datas], cfg, datas)
+    objects = [labels[f]["scene"]["objects"][0] for f in world]
+    concept = [(o["color"], o["shape"], o["cell"]) for o in objects]
+    assert [g for g in result.groups() if len({concept[i] for i in g}) > 1] == []
     truth = [labels[f]["label"] for f in world]
     kept = Counter(t for t, keep in zip(truth, result.keep.tolist(), strict=True) if keep)
     folded = Counter(t for t, keep in zip(truth, result.keep.tolist(), strict=True) if not keep)

@@ -1,5 +1,6 @@
 """Crop ladders: crops, overlays, re-encodes, resizes and tone changes of real photos are
-grouped with their original; unrelated photos and different views of one photo are not."""
+grouped with their original; unrelated photos, different views of one photo and flat
+synthetic look-alikes (refused on their pixels) are not."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from krea2 import curate
 from krea2.curate.cli import app
 from krea2.curate.config import CurateConfig, DedupConfig
+from krea2.curate.copy_verify import LADDER_VIEW, decoding_reader, verify_read
 from krea2.curate.crop_ladder import (
     LADDER_BYTES,
     LEVEL_BYTES,
@@ -20,18 +22,37 @@ from krea2.curate.crop_ladder import (
     ladder_bytes,
     ladder_distances,
 )
-from krea2.curate.dedup import dedup_configured, ladder_pairs
+from krea2.curate.dedup import dedup, dedup_configured, ladder_pairs
 from krea2.curate.dedup_partitioned import candidate_pairs
 from krea2.curate.image_analysis import analyze_bytes
 from krea2.curate.in_memory import dedup_analyses
 from krea2.curate.photo_edits import EDIT_CLASSES, edit, encode, views
 from krea2.curate.planes import planes
+from krea2.curate.shapes import Background, Scene, ShapeObject, render
+from krea2.curate.shapes.defects import encode as encode_pixels
 
 PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "grace_hopper.jpg")
+LADDER_ON = CurateConfig()  # the default: the ladder on, its pairs verified on pixels
+UNVERIFIED = CurateConfig(dedup=DedupConfig(ladder_verify=0.0))
+# An orange circle and triangle in one cell on black that the ladder pairs (distance 14-20,
+# colour vetoes passed): the demo pool's pair of cell 8, and a closer one.
+LOOK_ALIKES = {
+    "cell 8": (8, (0.32, 0.48), (-0.34, 0.38)),
+    "cell 6": (6, (0.0, 0.0), (-0.2, 0.4)),
+}
 
-# The crop ladder is off by default (it merges flat synthetic look-alikes; docs/curate.md):
-# these tests turn it on at the distance measured on real photos.
-LADDER_ON = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))
+
+def look_alikes(cell: int, circle: tuple, triangle: tuple) -> list[bytes]:
+    """PNGs of a medium orange circle and triangle in ``cell`` at the given jitters."""
+    return [
+        encode_pixels(render(Scene((ShapeObject(s, "orange", cell, "medium", j),),
+                                   Background("solid", "black")), 320, 320), "png")
+        for s, j in (("circle", circle), ("triangle", triangle))
+    ]  # fmt: skip
+
+
+def stacked(analyses, key: str) -> np.ndarray:
+    return np.stack([np.frombuffer(a.hashes[key], np.uint8) for a in analyses])
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +65,7 @@ def _groups(items: list[tuple[str, bytes]]) -> list[set[str]]:
     every decoded item: a copy the resolution filter would reject still counts here)."""
     analyses = [analyze_bytes(data) for _, data in items]
     assert all(a.decode_error is None for a in analyses)
-    result = dedup_analyses(analyses, LADDER_ON)
+    result = dedup_analyses(analyses, LADDER_ON, [data for _, data in items])
     return [{items[i][0] for i in g} for g in result.groups()]
 
 
@@ -116,17 +137,45 @@ def test_partitioned_ladder_search_finds_the_in_memory_pairs(photos, tmp_path):
 def test_a_row_without_a_ladder_is_deduplicated_by_its_phash_alone(photos):
     rng = np.random.default_rng(1)
     img = photos["chelsea.png"]
-    analyses = [analyze_bytes(d) for d in (encode(img), edit(img, "crop", rng), encode(img))]
-
-    def stack(k):
-        return np.stack([np.frombuffer(a.hashes[k], np.uint8) for a in analyses])
-
-    args = ([a.md5 for a in analyses], stack("phash12"), stack("colorhash"), stack("phash8"),
-            np.ones(3), stack("huehist"), LADDER_ON.dedup)  # fmt: skip
-    assert dedup_configured(*args, stack("ladder")).groups() == [[0, 1, 2]]
-    old = stack("ladder").copy()
+    datas = [encode(img), edit(img, "crop", rng), encode(img)]
+    analyses = [analyze_bytes(d) for d in datas]
+    read = decoding_reader(datas.__getitem__, [(a.width, a.height) for a in analyses])
+    args = ([a.md5 for a in analyses], *(stacked(analyses, k) for k in ("phash12", "colorhash",
+            "phash8")), np.ones(3), stacked(analyses, "huehist"), LADDER_ON.dedup)  # fmt: skip
+    assert dedup_configured(*args, stacked(analyses, "ladder"), read).groups() == [[0, 1, 2]]
+    old = stacked(analyses, "ladder").copy()
     old[1] = 0  # analysed before ladders: the crop is found by nothing else
-    assert dedup_configured(*args, old).groups() == [[0, 2]]
+    assert dedup_configured(*args, old, read).groups() == [[0, 2]]
+
+
+@pytest.mark.parametrize("case", LOOK_ALIKES)
+def test_a_circle_and_triangle_the_ladder_pairs_are_refused_and_a_photos_crop_is_kept(
+    real_photos, case
+):
+    shapes = look_alikes(*LOOK_ALIKES[case])
+    photo = Image.open(io.BytesIO(real_photos["coffee.png"])).convert("RGB")
+    w, h = photo.size
+    box = (round(w * 0.05), round(h * 0.05), round(w * 0.95), round(h * 0.95))
+    datas = [*shapes, encode(photo, "PNG"), encode(photo.crop(box), quality=85)]  # 90% crop
+    analyses = [analyze_bytes(d) for d in datas]
+    pairs = np.array([[0, 1], [2, 3]])
+    threshold = LADDER_ON.dedup.ladder_verify
+    assert (ladder_distances(stacked(analyses, "ladder"), pairs) <= 20).all()
+    read = decoding_reader(datas.__getitem__, [(a.width, a.height) for a in analyses])
+    ok, scores = verify_read(pairs, read, threshold, LADDER_VIEW)
+    assert ok.tolist() == [False, True], scores
+    # Through dedup: the ladder alone merges the shapes; verified, only the crop is grouped.
+    assert [0, 1] in dedup_analyses(analyses, UNVERIFIED).groups()
+    assert dedup_analyses(analyses, LADDER_ON, datas).groups() == [[2, 3]]
+
+
+def test_ladder_pairs_without_pixels_to_verify_them_are_an_error_naming_the_fix(photos):
+    analyses = [analyze_bytes(encode(img)) for img in photos.values()]
+    args = ([a.md5 for a in analyses], *(stacked(analyses, k) for k in ("phash12", "colorhash",
+            "phash8")), np.ones(len(analyses)))  # fmt: skip
+    with pytest.raises(ValueError, match="ladder_verify=0"):
+        dedup(*args, ladder=stacked(analyses, "ladder"))
+    assert dedup(*args, ladder=stacked(analyses, "ladder"), ladder_verify=0).groups() == []
 
 
 def test_stop_keys_shared_by_too_many_rows_give_no_candidates():
@@ -137,7 +186,7 @@ def test_stop_keys_shared_by_too_many_rows_give_no_candidates():
     assert pairs.tolist() == [[1, 3]]
 
 
-def test_the_dedup_pass_groups_a_crop_and_counts_rows_analysed_before_ladders(
+def test_the_dedup_pass_groups_a_crop_refuses_look_alikes_and_counts_rows_without_ladders(
     tmp_path, cluster_file, photos
 ):
     pool = tmp_path / "pool"
@@ -146,17 +195,22 @@ def test_the_dedup_pass_groups_a_crop_and_counts_rows_analysed_before_ladders(
     for n, img in photos.items():
         (pool / f"{n}.png").write_bytes(encode(img, "PNG"))
         (pool / f"{n}-crop.jpg").write_bytes(edit(img, "crop", rng))
+    circle, triangle = look_alikes(*LOOK_ALIKES["cell 8"])
+    (pool / "circle.png").write_bytes(circle)
+    (pool / "triangle.png").write_bytes(triangle)
     c = str(cluster_file)
     runner = CliRunner()
-    for args in (["ingest", str(pool), "--cluster", c], ["run", "--stages", "analyze,dedup",
-                 "--cluster", c, "--set", "dedup.ladder_max_distance=20"]):  # fmt: skip
+    for args in (["ingest", str(pool), "--cluster", c],
+                 ["run", "--stages", "analyze,dedup", "--cluster", c]):  # fmt: skip
         result = runner.invoke(app, args, catch_exceptions=False)
         assert result.exit_code == 0, result.output
     wh = curate.open_warehouse(c)
     rows = curate.read_rows(wh, ["uri", "dup_kind", "dup_of"])
     name = {r["image_key"]: r["uri"].rsplit("/", 1)[-1] for r in rows}
     dropped = {name[r["image_key"]]: name[r["dup_of"]] for r in rows if r["dup_kind"]}
-    assert dropped == {f"{n}-crop.jpg": f"{n}.png" for n in photos}
+    assert dropped == {f"{n}-crop.jpg": f"{n}.png" for n in photos}  # not the triangle
+    stats = curate.run_stages(wh, ["dedup"], LADDER_ON)["dedup"]
+    assert stats["ladder_refused"] >= 1 and stats["duplicates"] == len(photos), stats
     # A warehouse analysed before ladders existed: the column is added empty.
     with wh.funnel() as f:
         f.patch(curate.TABLE, [{"image_key": r["image_key"], "ladder": None} for r in rows])
@@ -166,5 +220,6 @@ def test_the_dedup_pass_groups_a_crop_and_counts_rows_analysed_before_ladders(
     assert again["rows_without_crop_ladder"] == len(rows) and again["rows"] == len(rows)
 
 
-def test_the_ladder_is_off_by_default():
-    assert CurateConfig().dedup.ladder_max_distance == 0
+def test_the_ladder_is_on_by_default_and_its_pairs_are_verified_on_pixels():
+    d = CurateConfig().dedup
+    assert d.ladder_max_distance == 20 and d.ladder_verify > 0

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 from krea2 import curate
 from krea2.curate.cli import app
-from krea2.curate.copy_verify import copy_score, thumbnail, top_candidates, verify_pairs
+from krea2.curate.copy_verify import copy_score, thumbnail, top_candidates, verify_read
 from krea2.curate.embed import ToyEncoder, ToyEncoderConfig, save_toy_encoder
 from krea2.curate.kmeans import sample_paths
 from krea2.curate.shapes import (
@@ -56,8 +56,9 @@ def test_top_candidates_keeps_each_rows_most_similar_pairs():
     # per row 1: 0-1 (0's best), 1-2 (1's and 2's best), 2-3 (3's... 0-3 is 3's best)
     assert top_candidates(pairs, sims, 1).tolist() == [0, 2, 3]
     assert top_candidates(pairs, sims, 9).tolist() == [0, 1, 2, 3, 4]
-    thumbs = {i: thumbnail(render(scene("circle", "blue", i % 2), 64, 64)) for i in range(4)}
-    ok, scores = verify_pairs(thumbs, pairs, 0.95)
+    ok, scores = verify_read(
+        pairs, lambda i: (render(scene("circle", "blue", i % 2), 64, 64), None), 0.95
+    )
     assert ok.tolist() == [False, True, False, False, False] and scores.shape == (5,)
 
 

@@ -69,6 +69,8 @@ def test_near_duplicates_are_found_with_high_pair_precision_and_recall():
     true_groups: dict[str, list[int]] = {}
     for i, it in enumerate(pool):
         true_groups.setdefault(it.source or it.key, []).append(i)
-    result = dedup_analyses([v.analysis for v in verdicts], CurateConfig())
+    result = dedup_analyses(
+        [v.analysis for v in verdicts], CurateConfig(), [it.data for it in pool]
+    )
     pairs = pair_precision_recall(result.groups(), list(true_groups.values()))
     assert pairs["precision"] >= 0.99 and pairs["recall"] >= 0.95, pairs

@@ -64,11 +64,14 @@ class DedupConfig:
     # past this budget the search runs over on-disk partitions (see dedup_partitioned).
     max_memory_mb: float = 2048.0
     spill_dir: str = ""  # partition files go here ("" = the system temp dir)
-    # Crop ladders (krea2.curate.crop_ladder): crops keeping >= 85% of each side, overlays.
-    # Off by default (0): on flat synthetic scenes (ShapesWorld) it pairs different shapes of
-    # one colour in one cell (a large circle and triangle at distance 20), which merges
-    # concepts; 20 is the setting measured on real photos (benchmarks/near_dups.py).
-    ladder_max_distance: int = 0  # of 144 bits, at 3 levels of one scale; 0: off
+    # Crop ladders (krea2.curate.crop_ladder): crops keeping >= 85% of each side, overlays;
+    # 20 is the distance measured on real photos (benchmarks/near_dups.py).
+    ladder_max_distance: int = 20  # of 144 bits, at 3 levels of one scale; 0: off
+    # Ladder pairs are then verified on their pixels (copy_verify.LADDER_VIEW), since flat
+    # synthetic scenes agree by layout alone (ShapesWorld: an orange circle and triangle in one
+    # cell at distance 20). A pair is kept at copy_score >= this: real photos' crops and
+    # overlays score >= 0.88, ShapesWorld's different shapes <= 0.81 (docs/curate.md); 0: off.
+    ladder_verify: float = 0.85
     ladder_bands: int = 6  # exact-match band keys per level (24 bits each; 8: 18 bits)
     ladder_max_bucket: int = 10_000  # band keys shared by more images are skipped (0: none)
 

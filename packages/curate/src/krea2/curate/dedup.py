@@ -22,7 +22,11 @@ of each (≤ 60 keys per image, through ``dedup_partitioned``: in memory, or in 
 the budget), and a candidate is a duplicate when its ladder distance (three levels of one
 scale, ``crop_ladder.ladder_distances``) is within ``max_ladder`` of 144 bits and the
 colorhash and hue vetoes pass (the 8×8 phash veto reads the whole frame, which a crop or an
-overlay changes, so it does not apply here). Either way makes a pair.
+overlay changes, so it does not apply here). Hashes of flat synthetic scenes (a background
+and one shape) agree by layout alone, so a ladder pair that the phash rule and md5s do not
+already join is then verified on its pixels: ``copy_verify.copy_score`` of both images'
+band-passed centre thumbnails (``copy_verify.LADDER_VIEW``) must reach ``ladder_verify``.
+Either way makes a pair.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from krea2.curate.config import DedupConfig
+from krea2.curate.copy_verify import LADDER_VIEW, PixelReader, verify_read
 from krea2.curate.crop_ladder import LEVELS, ladder_distances
 from krea2.curate.dedup_partitioned import partitioned_pairs, sorted_unique
 from krea2.curate.hashes import hue_distance
@@ -47,12 +52,15 @@ UNBOUNDED = 1 << 62  # bytes: "as much memory as it takes"
 class DedupResult:
     """For n images: ``group`` (n,) int component id; ``keep`` (n,) bool, one True per group;
     ``kind`` (n,) str: ``""`` for keepers, else ``exact_duplicate`` or ``near_duplicate``;
-    ``pairs`` (m, 2) int64 duplicate edges i < j."""
+    ``pairs`` (m, 2) int64 duplicate edges i < j; ``ladder_checked``/``ladder_kept``: the
+    crop-ladder pairs verified on their pixels and those that passed."""
 
     group: np.ndarray
     keep: np.ndarray
     kind: np.ndarray
     pairs: np.ndarray
+    ladder_checked: int = 0
+    ladder_kept: int = 0
 
     def groups(self) -> list[list[int]]:
         """Groups with more than one member, each sorted with its keeper first."""
@@ -181,6 +189,12 @@ def near_duplicate_pairs(
     return verified_pairs(pairs, phash, colorhash, phash8, *limits, hue, max_hue)
 
 
+def _components(n: int, pairs: np.ndarray) -> np.ndarray:
+    """(n,) connected-component id of each of n rows under the (m, 2) ``pairs``."""
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
 def exact_duplicate_pairs(md5s: list[str]) -> np.ndarray:
     """Edges from each repeated md5 to its first occurrence → (m, 2) int64."""
     first: dict[str, int] = {}
@@ -211,13 +225,23 @@ def dedup(
     max_ladder: int = 20,
     ladder_bands: int = 6,
     ladder_max_group: int | None = 10_000,
+    ladder_verify: float = DedupConfig.ladder_verify,
+    read: PixelReader | None = None,
 ) -> DedupResult:
     """Group exact and near duplicates into connected components and keep one per group:
     the largest (``areas``, pixels of the original), then the earliest (lowest index, i.e.
     ingest order). ``max_memory_mb``/``workdir``: see ``near_duplicate_pairs``; ``ladder``
-    (n, LADDER_BYTES) uint8 or None and its settings: see ``ladder_pairs``."""
+    (n, LADDER_BYTES) uint8 or None and its settings: see ``ladder_pairs``; ladder pairs are
+    verified on the pixels ``read`` gives (``copy_verify.verify_read``) when
+    ``ladder_verify`` > 0."""
     n = len(md5s)
+    if ladder is not None and ladder_verify > 0 and read is None:
+        raise ValueError(
+            "crop-ladder pairs are verified on pixels (dedup.ladder_verify > 0): pass read= "
+            "(row index -> decoded pixels), or set dedup.ladder_verify=0 to trust the ladder"
+        )
     exact = exact_duplicate_pairs(md5s)
+    checked = kept = 0
     near = near_duplicate_pairs(
         phash,
         colorhash,
@@ -237,12 +261,19 @@ def dedup(
             ladder, colorhash, max_ladder, max_color, hue, max_hue, ladder_bands,
             ladder_max_group, budget, workdir,
         )  # fmt: skip
+        if ladder_verify > 0 and len(cropped):
+            # Only a pair that joins two groups (of the md5s, the phash rule and the ladder
+            # pairs verified so far) changes the result: verify those alone.
+            joined = _components(n, np.concatenate([exact, near]))
+            assert read is not None  # checked above
+            ok, scores = verify_read(cropped, read, ladder_verify, LADDER_VIEW, joined)
+            checked, kept = int((~np.isnan(scores)).sum()), int(ok.sum())
+            cropped = cropped[ok]
         both = np.concatenate([near, cropped])  # a pair both ways find counts once
         packed = sorted_unique((both[:, 0] << 32) | both[:, 1])
         near = np.stack([packed >> 32, packed & 0xFFFFFFFF], axis=1)
     pairs = np.concatenate([exact, near]) if len(near) else exact
-    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
-    _, group = connected_components(graph, directed=False)
+    group = _components(n, pairs)
     # Sort by (group, −area, index): the first of each group is its keeper.
     order = np.lexsort((np.arange(n), -np.asarray(areas, np.int64), group))
     keep = np.zeros(n, bool)
@@ -255,7 +286,7 @@ def dedup(
     for i in np.nonzero(~keep)[0]:
         same = md5s[i] == md5s[keeper_of[group[i]]]
         kind[i] = "exact_duplicate" if same else "near_duplicate"
-    return DedupResult(group, keep, kind, pairs)
+    return DedupResult(group, keep, kind, pairs, checked, kept)
 
 
 def dedup_configured(
@@ -267,8 +298,10 @@ def dedup_configured(
     hue: np.ndarray | None,
     d: DedupConfig,
     ladder: np.ndarray | None = None,
+    read: PixelReader | None = None,
 ) -> DedupResult:
-    """``dedup`` with the thresholds, bands and memory budget of a ``DedupConfig``."""
+    """``dedup`` with the thresholds, bands and memory budget of a ``DedupConfig``; ``read``:
+    the pixels that verify ladder pairs (see ``dedup``)."""
     return dedup(
         md5s,
         phash,
@@ -287,4 +320,6 @@ def dedup_configured(
         max_ladder=d.ladder_max_distance,
         ladder_bands=d.ladder_bands,
         ladder_max_group=d.ladder_max_bucket or None,
+        ladder_verify=d.ladder_verify,
+        read=read,
     )

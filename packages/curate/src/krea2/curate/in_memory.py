@@ -14,6 +14,7 @@ import numpy as np
 
 from krea2.curate.concepts import ConceptVerdict, rebalance
 from krea2.curate.config import CurateConfig
+from krea2.curate.copy_verify import decoding_reader
 from krea2.curate.decode import decode
 from krea2.curate.dedup import DedupResult, dedup_configured
 from krea2.curate.filters.base import FilterResult
@@ -50,9 +51,12 @@ class Verdict:
         return final_reason(self.reject_columns())
 
 
-def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> DedupResult:
+def dedup_analyses(
+    analyses: Sequence[ImageAnalysis], cfg: CurateConfig, datas: Sequence[bytes] | None = None
+) -> DedupResult:
     """Dedup decoded images (in ingest order) by md5, phash12, phash8, colorhash, hue and
-    crop ladder."""
+    crop ladder. ``datas``: the images' bytes, decoded again to verify crop-ladder pairs on
+    their pixels (needed with the ladder on and ``dedup.ladder_verify`` > 0)."""
     md5s = [a.md5 for a in analyses]
     phash = np.stack([np.frombuffer(a.hashes["phash12"], np.uint8) for a in analyses])
     color = np.stack([np.frombuffer(a.hashes["colorhash"], np.uint8) for a in analyses])
@@ -60,7 +64,11 @@ def dedup_analyses(analyses: Sequence[ImageAnalysis], cfg: CurateConfig) -> Dedu
     hue = np.stack([np.frombuffer(a.hashes["huehist"], np.uint8) for a in analyses])
     ladder = np.stack([np.frombuffer(a.hashes["ladder"], np.uint8) for a in analyses])
     areas = np.asarray([(a.width or 0) * (a.height or 0) for a in analyses], np.int64)
-    return dedup_configured(md5s, phash, color, phash8, areas, hue, cfg.dedup, ladder)
+    read = None
+    if datas is not None:
+        sizes = [(a.width, a.height) if a.width and a.height else None for a in analyses]
+        read = decoding_reader(datas.__getitem__, sizes)
+    return dedup_configured(md5s, phash, color, phash8, areas, hue, cfg.dedup, ladder, read)
 
 
 def ocr_image(data: bytes, cfg: CurateConfig, engine: OcrEngine) -> tuple[OcrResult, list]:
@@ -85,7 +93,9 @@ def curate_in_memory(
     verdicts = [Verdict(k, analyze_bytes(d, cfg)) for k, d in zip(keys, datas, strict=True)]
     alive = [i for i, v in enumerate(verdicts) if v.reason is None]
     if alive:
-        result = dedup_analyses([verdicts[i].analysis for i in alive], cfg)
+        result = dedup_analyses(
+            [verdicts[i].analysis for i in alive], cfg, [datas[i] for i in alive]
+        )
         for j, i in enumerate(alive):
             verdicts[i].duplicate = str(result.kind[j])
         for keeper, *copies in result.groups():

@@ -25,8 +25,8 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
     from krea2.curate.crop_ladder import LADDER_BYTES
     from krea2.curate.dedup import dedup_configured
 
-    cols = ["image_key", "seq", "md5", "width", "height", "phash8", "phash12", "colorhash",
-            "huehist", "ladder"]  # fmt: skip
+    cols = ["image_key", "seq", "uri", "md5", "width", "height", "phash8", "phash12",
+            "colorhash", "huehist", "ladder"]  # fmt: skip
     rows = list(scan_all(wh, STAGES_BY_NAME["dedup"].filters(), cols))
     if not rows:
         return {"rows": 0, "duplicates": 0}
@@ -46,6 +46,7 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         stack("huehist", 19),
         cfg.dedup,
         stack("ladder", LADDER_BYTES),
+        _pixels(rows),  # read only for the crop-ladder pairs to verify
     )
     keeper = {int(result.group[i]): rows[i]["image_key"] for i in np.nonzero(result.keep)[0]}
     patch = [
@@ -61,6 +62,9 @@ def dedup_pass(wh: Warehouse, cfg: CurateConfig) -> dict[str, int]:
         f.patch(TABLE, patch)
         f.flush()
     out = {"rows": len(rows), "duplicates": int((~result.keep).sum())}
+    if result.ladder_checked:  # crop-ladder pairs the pixel check refused: look-alikes
+        out["ladder_verified"] = result.ladder_kept
+        out["ladder_refused"] = result.ladder_checked - result.ladder_kept
     if missing := sum(r["ladder"] is None for r in rows):
         # Analysed before crop ladders: found as before (phash), not as crops or overlays.
         out["rows_without_crop_ladder"] = missing
@@ -202,28 +206,23 @@ def _semantic(
     }
 
 
+def _pixels(rows: list[dict]):
+    """A ``copy_verify.PixelReader`` of the rows' images (their ``uri``, decoded again)."""
+    from krea2.curate.copy_verify import decoding_reader
+    from krea2.curate.storage import read_uri
+
+    sizes = [(r["width"], r["height"]) if r["width"] and r["height"] else None for r in rows]
+    return decoding_reader(lambda i: read_uri(rows[i]["uri"]), sizes)
+
+
 def _verified(rows: list[dict], pairs: np.ndarray, sims: np.ndarray, c) -> tuple:
     """The candidate ``pairs`` (at most ``c.candidates`` per row) that pass the pixel check,
     with the check's scores as their similarity. A row whose image no longer reads is left
     out of every pair (kept: nothing to compare it with)."""
-    from krea2.curate.copy_verify import thumbnail, top_candidates, verify_pairs
-    from krea2.curate.decode import DecodeError, decode
-    from krea2.curate.storage import read_uri
+    from krea2.curate.copy_verify import View, top_candidates, verify_read
 
-    pick = top_candidates(pairs, sims, c.candidates)
-    pairs = pairs[pick]
-    thumbs = {}
-    for i in np.unique(pairs).tolist():
-        r = rows[i]
-        try:
-            pixels = decode(read_uri(r["uri"])).pixels
-        except (OSError, DecodeError):
-            continue
-        size = (r["width"], r["height"]) if r["width"] and r["height"] else None
-        thumbs[i] = thumbnail(pixels, c.verify_side, size)
-    readable = np.asarray([int(i) in thumbs and int(j) in thumbs for i, j in pairs], bool)
-    pairs = pairs[readable] if len(pairs) else pairs
-    ok, scores = verify_pairs(thumbs, pairs, c.verify)
+    pairs = pairs[top_candidates(pairs, sims, c.candidates)]
+    ok, scores = verify_read(pairs, _pixels(rows), c.verify, View(side=c.verify_side))
     return pairs[ok], scores[ok]
 
 
