@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from krea2.curate import CurateConfig, analyze_bytes, dedup_analyses
+from krea2.curate.config import DedupConfig
 from krea2.curate.shapes import one_object_scenes, split_concepts
 from krea2.pipeline.config import PoolSpec
 from krea2.pipeline.pool import (
@@ -69,8 +70,8 @@ def test_dedup_against_the_generator_on_the_one_object_renders(tmp_path):
     labels = read_labels(Path(pool["labels"]))
     world = sorted(f for f, m in labels.items() if is_one_object(m))
     datas = [(tmp_path / f).read_bytes() for f in world]
-    cfg = CurateConfig()
-    assert cfg.dedup.ladder_max_distance > 0 and cfg.dedup.ladder_verify > 0
+    cfg = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))  # off by default
+    assert cfg.dedup.ladder_verify > 0
     result = dedup_analyses([analyze_bytes(d, cfg) for d in datas], cfg, datas)
     objects = [labels[f]["scene"]["objects"][0] for f in world]
     concept = [(o["color"], o["shape"], o["cell"]) for o in objects]
