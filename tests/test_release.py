@@ -89,11 +89,13 @@ def test_dry_run_shows_the_bump_and_the_dependents_bounds_and_writes_nothing(ws)
     out = proc.stdout
     assert '+version = "0.2.0"' in out and '+__version__ = "0.2.0"' in out
     assert "+## [0.2.0] - " in out
-    for dependent in ("trainer", "rl"):
+    # every package that declares krea2-dit (the expander does: its toy tokenizer is dit's)
+    for dependent in ("trainer", "rl", "expander"):
         assert f"b/packages/{dependent}/pyproject.toml" in out
         assert f"b/packages/{dependent}/CHANGELOG.md" in out
     assert '"krea2-dit>=0.2.0"' in out and "b/pyproject.toml" in out
-    assert "packages/expander" not in out and "packages/infra" not in out  # not dependents
+    for other in ("infra", "krablet", "curate"):  # not dependents
+        assert f"packages/{other}/" not in out
     assert "dry run: krea2-dit 0.2.0" in out
 
 
