@@ -14,6 +14,7 @@ from PIL import Image
 
 from krea2.rl.preference import Pair, export_pair_shards
 from krea2.trainer.held_run import held_env, kill_when_held, newest_save_at
+from krea2.trainer.testing import tiny_job_head
 
 __all__ = ["COLORS", "held_env", "kill_when_held", "launch", "launch_module", "newest_save_at",
            "pair_job", "square", "toy_pairs", "write_pairs"]  # fmt: skip
@@ -63,31 +64,9 @@ def toy_pairs(root: Path, n: int = 16, side: int = 32) -> list[Pair]:
 def pair_job(root: Path, shards: Path, steps: int = 6, extra: str = "", every: int = 3) -> Path:
     """A tiny deterministic preference job (toy DiT, 2 blocks, 4 pairs per step)."""
     path = root / "job.toml"
-    path.write_text(f"""
-run_dir = "{root / "run"}"
-seed = 0
-[model]
-name = "toy"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = {every}
-keep_last = 10
-[observe]
-log_every = 1
-[stability]
+    path.write_text(
+        tiny_job_head(root / "run", 0, every)
+        + f"""[stability]
 warmup_steps = 1000
 {extra}
 [[stages]]
@@ -100,7 +79,8 @@ caption_dropout = 0.0
 lr = 1e-3
 [stages.schedule]
 warmup_steps = 0
-""")
+"""
+    )
     return path
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from krea2.rl.online import export_prompt_shards
 from krea2.trainer import read_metrics, write_toy_shards
+from krea2.trainer.testing import tiny_job_head
 
 __all__ = ["distill_job", "prompts", "train_rows", "write_data"]
 
@@ -38,31 +39,9 @@ def distill_job(
     (``tdm``, ``tdm_steps`` at ``lr``, its settings table ``settings``), then
     ``extra_stages`` (TOML); checkpoints every ``every`` steps (0: at stage ends only)."""
     path = root / "job.toml"
-    path.write_text(f"""
-run_dir = "{root / "run"}"
-seed = {seed}
-[model]
-name = "toy"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = {every}
-keep_last = 10
-[observe]
-log_every = 1
-[[stages]]
+    path.write_text(
+        tiny_job_head(root / "run", seed, every)
+        + f"""[[stages]]
 name = "pretrain"
 data = ["{data["images"]}/*.parquet"]
 init_from = "none"
@@ -81,7 +60,8 @@ warmup_steps = 0
 [stages.settings]
 {settings}
 {extra_stages}
-""")
+"""
+    )
     return path
 
 

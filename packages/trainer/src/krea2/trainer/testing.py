@@ -227,3 +227,35 @@ def write_real_photo_folder(out: str | Path) -> Path:
         smaller.save(out / "copy-of-00.jpg", quality=70)
     (out / "copy-of-00.txt").write_text(caption + ", again\n")
     return out
+
+
+def tiny_job_head(run_dir: str | Path, seed: int = 0, every: int = 3, keep_last: int = 10) -> str:
+    """The TOML of a tiny deterministic job up to its stages (tests of objectives on the
+    trainer's loop): the toy DiT at 2 blocks of width 64, 16 text tokens, one thread,
+    deterministic kernels, no loader workers, checkpoints every ``every`` steps, a log row
+    per step. Callers append their ``[stability]`` and ``[[stages]]`` tables."""
+    return f"""
+run_dir = "{run_dir}"
+seed = {seed}
+[model]
+name = "toy"
+[model.overrides]
+depth = 2
+width = 64
+mlp_hidden = 128
+time_dim = 64
+text_dim = 32
+text_mlp_hidden = 64
+[text]
+max_tokens = 16
+[parallel]
+threads = 1
+deterministic = true
+[data]
+workers = 0
+[checkpoint]
+every = {every}
+keep_last = {keep_last}
+[observe]
+log_every = 1
+"""
