@@ -1,10 +1,13 @@
 """The tree's shape: no import cycle inside a package, the umbrella uses only public names,
-and no module grows past ~400 lines without saying why at its top.
+package roots give type checkers the real types of their lazy exports, and no module grows
+past ~400 lines without saying why at its top.
 
 Imports are read statically (``ast``), function-level (lazy) imports included: a lazy
 import still ties two modules into one concept. Edges: ``import krea2.a.b`` and
 ``from krea2.a.b import f`` point at ``krea2.a.b``; ``from krea2.a import b`` points at the
-submodule ``krea2.a.b`` when there is one, else at ``krea2.a`` (its ``__init__``).
+submodule ``krea2.a.b`` when there is one, else at ``krea2.a`` (its ``__init__``). A package
+root's ``if TYPE_CHECKING:`` block is not an edge: it spells the root's lazy-export table
+(already its public API, not a dependency) in types, and never runs.
 """
 
 from __future__ import annotations
@@ -37,10 +40,26 @@ def modules(src: Path) -> dict[str, Path]:
     return found
 
 
+def type_checking_blocks(tree: ast.Module) -> list[ast.If]:
+    """The module-level ``if TYPE_CHECKING:`` blocks of ``tree``."""
+    return [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    ]
+
+
 def imports_of(path: Path) -> list[tuple[str, list[str], int]]:
-    """(module, imported names ([] for ``import m``), line) for every absolute import."""
+    """(module, imported names ([] for ``import m``), line) for every absolute import, but
+    those of a package root's ``if TYPE_CHECKING:`` block (see the module docstring)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    if path.name == "__init__.py":
+        for block in type_checking_blocks(tree):
+            tree.body.remove(block)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(alias.name, [], node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -158,6 +177,46 @@ def test_umbrella_imports_only_public_names() -> None:
 def test_every_package_declares_its_public_api() -> None:
     missing = [p for p in PACKAGES if declared_all(p, f"krea2.{p}") is None]
     assert not missing, f"krea2.<package>/__init__.py without __all__: {missing}"
+
+
+def lazy_roots() -> list[tuple[str, Path]]:
+    """(package name, ``__init__.py``) of every package root built on ``lazy_exports``."""
+    return [
+        (name, path)
+        for src in (source_root(p) for p in PACKAGES)
+        for name, path in modules(src).items()
+        if path.name == "__init__.py" and "lazy_exports(" in path.read_text()
+    ]
+
+
+def test_lazy_roots_give_type_checkers_every_export() -> None:
+    """``from krea2.trainer import Job`` has a real type for mypy/pyright and IDEs: each
+    root's TYPE_CHECKING block imports exactly the names its lazy table exports, each from
+    the module the table names."""
+    problems = []
+    for name, path in lazy_roots():
+        homes = lazy_table(name)
+        typed: dict[str, str] = {}
+        for block in type_checking_blocks(ast.parse(path.read_text())):
+            for node in ast.walk(block):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    for alias in node.names:
+                        home = node.module.removeprefix(name).lstrip(".") or alias.name
+                        if alias.asname not in (None, alias.name):
+                            home += f" as {alias.asname}"  # renamed: not the table's name
+                        typed[alias.asname or alias.name] = home
+        expected = {n: (n if h is None else h) for n, h in homes.items()}
+        if typed != expected:
+            wrong = sorted(set(typed.items()) ^ set(expected.items()))
+            problems.append(f"{path.relative_to(ROOT)}: TYPE_CHECKING block differs: {wrong}")
+    assert lazy_roots() and not problems, "\n".join(problems)
+
+
+def lazy_table(package: str) -> dict[str, str | None]:
+    """The ``homes`` table behind a root's lazy ``__getattr__`` (name → submodule)."""
+    getter = importlib.import_module(package).__getattr__
+    cells = dict(zip(getter.__code__.co_freevars, getter.__closure__ or (), strict=True))
+    return dict(cells["homes"].cell_contents)
 
 
 def test_no_long_module_without_a_reason_at_its_top() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -43,7 +42,7 @@ CURATE_RUNS: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
 EMBED_RUNS: tuple[tuple[str, tuple[str, ...], int | None], ...] = (
     ("embed,semantic,sae,balance", (), 1),
 )
-PASS_RESULTS = ("semantic", "sae", "balance")  # their counts go into the funnel
+PASSES_IN_FUNNEL = ("semantic", "sae", "balance")  # their counts go into the funnel
 
 
 def curate_pool(
@@ -97,8 +96,9 @@ def _run_stages(
 ) -> None:
     """Run each ``(stages, extra options, processes)`` as ``krea2 curate run`` workers with
     the first stage's progress (``stages``: one name, or several run in order by each
-    worker); the counts a pass of ``PASS_RESULTS`` prints go into ``passes``."""
-    from krea2.curate import stage_progress
+    worker); the counts of a pass of ``PASSES_IN_FUNNEL``, read back from the warehouse
+    (``krea2.curate.pass_log``), go into ``passes``."""
+    from krea2.curate import pass_results, stage_progress
 
     for stages, extra, processes in runs:
         names = stages.split(",")
@@ -109,7 +109,8 @@ def _run_stages(
             def poll(stage: str = names[0], bar: Progress = bar) -> None:
                 bar.update(*stage_progress(wh, [stage])[stage][:1])
 
-            outputs = parallel([command] * (processes or workers), log, poll=poll)
+            started = time.time()
+            parallel([command] * (processes or workers), log, poll=poll)
             done, total = stage_progress(wh, names[:1])[names[0]]
             bar.update(done, total=total)
         for stage, (done, total) in stage_progress(wh, names).items():
@@ -118,16 +119,15 @@ def _run_stages(
                     f"curate stage {stage!r} ended with {done} of {total} rows done; "
                     "run the demo again with the same --out to finish it"
                 )
-        for stage in set(names) & set(PASS_RESULTS):
-            passes[stage] = pass_result(stage, outputs[0])
-
-
-def pass_result(stage: str, output: str) -> dict:
-    """The counts ``krea2 curate run`` printed for pass ``stage`` (``STAGE: {...}``)."""
-    for line in output.splitlines():
-        if line.startswith(f"{stage}: {{"):
-            return ast.literal_eval(line.split(": ", 1)[1])
-    raise UserError(f"`krea2 curate run --stages {stage}` printed no result:\n{output[-2000:]}")
+        wanted = [n for n in names if n in PASSES_IN_FUNNEL]
+        recorded = pass_results(wh, wanted)
+        for stage in wanted:
+            if stage not in recorded or recorded[stage]["finished"] < started:
+                raise UserError(
+                    f"`krea2 {' '.join(command)}` recorded no new {stage!r} result in "
+                    f"the warehouse; see {log}"
+                )
+            passes[stage] = recorded[stage]["result"]
 
 
 def warehouse_rows(cluster: Path) -> list[dict]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from krea2.curate.config import CurateConfig
 from krea2.curate.handlers import configured
+from krea2.curate.pass_log import pass_results_table, record_pass_result
 from krea2.curate.plugins import check_embedder, check_heads, check_plugin, load_object
 from krea2.curate.sources import Skipped
 from krea2.curate.stages import (
@@ -43,12 +44,13 @@ JobRunner = Callable[[Warehouse, Stage, type], Any]
 
 
 def open_warehouse(cluster: str | None) -> Warehouse:
-    """Open (and migrate) the warehouse holding the ``images`` table (and ``clusters``, the
-    k-means review queue, ``krea2.curate.review``); ``cluster`` is a
+    """Open (and migrate) the warehouse holding the ``images`` table (with ``clusters``, the
+    k-means review queue, ``krea2.curate.review``, and ``pass_results``, each pass's last
+    counts, ``krea2.curate.pass_log``); ``cluster`` is a
     cluster file or comma-separated DSNs (default: ``$KRABLET_CLUSTER``)."""
     from krea2.krablet import default_cluster_source
 
-    tables = [images_table(), clusters_table()]
+    tables = [images_table(), clusters_table(), pass_results_table()]
     return Warehouse.open(default_cluster_source(cluster), tables=tables)
 
 
@@ -341,7 +343,8 @@ def run_stages(
     ``embedder`` the ``KIND:PATH`` of the embed stage's model, ``heads`` the head files of
     the classify stage;
     ``processes``: isolated decode processes of ``analyze``. Returns each stage's result
-    (worker stats or the pass's counts), also handed to ``on_result`` as it finishes."""
+    (worker stats or the pass's counts), also handed to ``on_result`` as it finishes; a
+    pass's counts are recorded in the warehouse too (``pass_results``)."""
     chosen = check_stages(names, tagger, captioner, embedder, heads)
     plugins = {"tagger": tagger, "captioner": captioner, "embedder": embedder, "heads": heads}
     cfg = cfg or CurateConfig()
@@ -353,6 +356,8 @@ def run_stages(
             results[s.name] = (run_job or run_worker)(wh, s, handler)
         else:
             results[s.name] = load_object(s.run)(wh, cfg)
+            if isinstance(results[s.name], dict):
+                record_pass_result(wh, s.name, results[s.name])
         if on_result is not None:
             on_result(s, results[s.name])
     return results

@@ -7,7 +7,70 @@ diffusers), so this root imports nothing heavy: each name loads its module on fi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from krea2.infra.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
+    from krea2.dit import flow as flow
+    from krea2.dit.autoencoder import Autoencoder as Autoencoder
+    from krea2.dit.checkpointing import set_activation_checkpointing as set_activation_checkpointing
+    from krea2.dit.components import AUTOENCODERS as AUTOENCODERS
+    from krea2.dit.components import TEXT_ENCODERS as TEXT_ENCODERS
+    from krea2.dit.components import ComponentSpec as ComponentSpec
+    from krea2.dit.components import LatentSpace as LatentSpace
+    from krea2.dit.components import latent_space as latent_space
+    from krea2.dit.components import load_autoencoder as load_autoencoder
+    from krea2.dit.components import load_text_encoder as load_text_encoder
+    from krea2.dit.components import parse_autoencoder as parse_autoencoder
+    from krea2.dit.components import parse_text_encoder as parse_text_encoder
+    from krea2.dit.config import CONFIGS as CONFIGS
+    from krea2.dit.config import DiTConfig as DiTConfig
+    from krea2.dit.config import get_config as get_config
+    from krea2.dit.flops import cost as cost
+    from krea2.dit.flops import format_flops as format_flops
+    from krea2.dit.flops import param_count as param_count
+    from krea2.dit.flow import TimeShift as TimeShift
+    from krea2.dit.generation import generate as generate
+    from krea2.dit.generation import parse_size as parse_size
+    from krea2.dit.generation import save_pngs as save_pngs
+    from krea2.dit.model import Krea2DiT as Krea2DiT
+    from krea2.dit.parallel import check_tp_degree as check_tp_degree
+    from krea2.dit.parallel import fsdp_units as fsdp_units
+    from krea2.dit.parallel import tp_partial_params as tp_partial_params
+    from krea2.dit.parallel import tp_plan as tp_plan
+    from krea2.dit.patch_resize import resize_patch_weights as resize_patch_weights
+    from krea2.dit.patch_resize import shapes_at_patch as shapes_at_patch
+    from krea2.dit.patches import image_positions as image_positions
+    from krea2.dit.patches import patchify as patchify
+    from krea2.dit.patches import unpatchify as unpatchify
+    from krea2.dit.pixel_ae import PixelAE as PixelAE
+    from krea2.dit.pixel_ae import to_uint8 as to_uint8
+    from krea2.dit.release import ModelFolder as ModelFolder
+    from krea2.dit.release import read_model_folder as read_model_folder
+    from krea2.dit.sample_plan import SamplePlan as SamplePlan
+    from krea2.dit.sample_plan import plan_sample as plan_sample
+    from krea2.dit.sampler import Velocity as Velocity
+    from krea2.dit.sampler import dit_velocity as dit_velocity
+    from krea2.dit.sampler import euler_sample as euler_sample
+    from krea2.dit.sampler import euler_step as euler_step
+    from krea2.dit.sampler import from_x0 as from_x0
+    from krea2.dit.sampler import seeded_noise as seeded_noise
+    from krea2.dit.sampler import with_cfg as with_cfg
+    from krea2.dit.sampler import with_negative as with_negative
+    from krea2.dit.text import EmbeddingCache as EmbeddingCache
+    from krea2.dit.text import TextEncoder as TextEncoder
+    from krea2.dit.tokenizer import build_tokenizer as build_tokenizer
+    from krea2.dit.vae import Flux2VAE as Flux2VAE
+    from krea2.dit.vae import QwenImageVAE as QwenImageVAE
+    from krea2.dit.weights import CONDITIONING_KEY as CONDITIONING_KEY
+    from krea2.dit.weights import check_conditioning as check_conditioning
+    from krea2.dit.weights import convert as convert
+    from krea2.dit.weights import from_pretrained as from_pretrained
+    from krea2.dit.weights import is_training_checkpoint as is_training_checkpoint
+    from krea2.dit.weights import load_weights as load_weights
+    from krea2.dit.weights import read_conditioning as read_conditioning
+    from krea2.dit.weights import save_weights as save_weights
 from krea2.infra.quiet import drop_import_notices
 
 drop_import_notices()  # torchao's import-time notices (see krea2.infra.quiet)

@@ -18,7 +18,25 @@ first (a token off loopback, a capped body, bounded JSON), exported at this root
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from krea2.infra.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
+    from krea2.rl import distill as distill
+    from krea2.rl import objectives as objectives
+    from krea2.rl import online as online
+    from krea2.rl import preference as preference
+    from krea2.rl import rewards as rewards
+    from krea2.rl import serving as serving
+    from krea2.rl.serving import BadJson as BadJson
+    from krea2.rl.serving import BodyTooLarge as BodyTooLarge
+    from krea2.rl.serving import TokenRequired as TokenRequired
+    from krea2.rl.serving import check_bind as check_bind
+    from krea2.rl.serving import is_loopback as is_loopback
+    from krea2.rl.serving import load_json as load_json
+    from krea2.rl.serving import read_body as read_body
+    from krea2.rl.serving import token_matches as token_matches
 
 __version__ = "0.1.0"
 

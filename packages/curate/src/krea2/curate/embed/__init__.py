@@ -11,7 +11,25 @@ Nothing here imports torch until a loader or the trainer is used.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from krea2.infra.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
+    from krea2.curate.embed.embedder import Embedder as Embedder
+    from krea2.curate.embed.embedder import TorchEmbedder as TorchEmbedder
+    from krea2.curate.embed.embedder import l2_normalize as l2_normalize
+    from krea2.curate.embed.embedder import resize_batch as resize_batch
+    from krea2.curate.embed.loaders import KINDS as KINDS
+    from krea2.curate.embed.loaders import load_embedder as load_embedder
+    from krea2.curate.embed.loaders import require_weights as require_weights
+    from krea2.curate.embed.ssl import SslConfig as SslConfig
+    from krea2.curate.embed.ssl import train_toy_encoder as train_toy_encoder
+    from krea2.curate.embed.store import read_vectors as read_vectors
+    from krea2.curate.embed.store import write_batch as write_batch
+    from krea2.curate.embed.toy import ToyEncoder as ToyEncoder
+    from krea2.curate.embed.toy import ToyEncoderConfig as ToyEncoderConfig
+    from krea2.curate.embed.toy import save_toy_encoder as save_toy_encoder
 
 _HOMES: dict[str, str] = {
     "Embedder": "embedder",
