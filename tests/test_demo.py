@@ -165,6 +165,7 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
         "preference-dpo",
         "rl",
         "chain",
+        "turbo",
         "expander",
     } <= set(summary["stages"])
     curation = summary["curation"]
@@ -224,6 +225,38 @@ def test_the_chain_continues_each_model_from_the_one_before(demo):
     assert stages["raw"][: len(stages["po"])] == stages["po"]
     section = (demo / "report.html").read_text().split("<h2>The chain")[1].split("<h2>")[0]
     assert all(f"<td>{name}</td>" in section for name in ("pretrained", "sft", "po", "raw"))
+
+
+def test_turbo_is_raw_distilled_and_measured_against_raw_at_each_step_count(demo):
+    from krea2.pipeline.chain import load_model
+
+    summary = json.loads((demo / "summary.json").read_text())
+    turbo, chain = summary["turbo"], summary["chain"]
+    job, index = load_model(turbo["model"])  # a finished tdm stage whose start is raw
+    assert job.stages[index].objective == "tdm" and job.stages[index].name == "turbo"
+    raw_job, raw_index = load_model(chain["raw"]["model"])
+    assert job.stages[index - 1].name == raw_job.stages[raw_index].name
+    assert (Path(job.run_dir) / "checkpoints" / "turbo.done").exists()
+    st = chain["settings"]
+    m = turbo["measures"]
+    # the teacher at [eval]'s steps is the chain's raw, its samples reused, not redrawn
+    full = m[f"teacher-{st['steps']}-cfg{st['cfg']:g}"]
+    assert full["shapes_eval"] == chain["raw"]["cfg"]["shapes_eval"]
+    assert m[f"teacher-{st['steps']}"]["shapes_eval"] == chain["raw"]["no_cfg"]["shapes_eval"]
+    students = sorted(v["steps"] for v in m.values() if v["who"] == "student")
+    teachers = sorted({v["steps"] for v in m.values() if v["who"] == "teacher"})
+    assert 4 in students and teachers == sorted({*students, st["steps"]})
+    for v in m.values():
+        assert 0 <= v["shapes_eval"] <= 1 and 0 <= v["saturation"] <= 1
+        assert set(v["spread"]) == {"position", "size", "background"}
+    assert all(d["se"] >= 0 for d in turbo["deltas"].values())
+    assert {"quality", "beats_fewer_teacher_steps", "no_collapse", "speed_vs_cfg"} <= set(
+        turbo["checks"]
+    )
+    assert turbo["speed"]["student_s_per_image"] > 0
+    section = (demo / "report.html").read_text().split("<h2>Turbo")[1].split("<h2>")[0]
+    assert "ShapesEval against sampling steps" in section and "<td>student</td>" in section
+    assert section.count("data:image/png") >= 8 * (len(students) + 2)  # the sample grid
 
 
 def test_the_preference_stages_report_stpo_and_the_dpo_ablation(demo):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from krea2.expander import ExpanderStageSettings
 from krea2.infra import ConfigError, UserError, load_config
+from krea2.rl.distill import TdmConfig
 from krea2.rl.online import RlStageSettings
 from krea2.rl.preference import PreferenceStageSettings
 from krea2.trainer import JobConfig
@@ -70,6 +71,46 @@ class EvalSpec:
     max_prompts: int = 28
 
 
+def _demo_tdm() -> TdmConfig:
+    return TdmConfig(student_steps=4, teacher_guidance=4.0)
+
+
+@dataclass
+class TurboStageSettings:
+    """How big the turbo stage is (a demo recipe's ``[turbo]`` table); the objective is
+    ``tdm``, the library's :class:`~krea2.rl.distill.TdmConfig` (``[turbo.tdm]``; its
+    ``mode = "dmd2"`` is the ablation), not a copy.
+
+    Training: ``steps`` iterations of ``prompts_per_step`` prompts at ``lr`` drawn from up
+    to ``max_train_prompts`` training-concept prompts, checkpoints every
+    ``checkpoint_every`` steps. Evaluation: the student at each of ``eval_steps`` without
+    CFG, the teacher at each with and without ``[eval]``'s CFG; the speed from
+    ``speed_prompts`` prompts x 1 seed, each model's sampling timed alone."""
+
+    steps: int = 200
+    prompts_per_step: int = 8
+    lr: float = 1e-5
+    max_train_prompts: int = 64
+    checkpoint_every: int = 50
+    eval_steps: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    speed_prompts: int = 8
+    tdm: TdmConfig = field(default_factory=_demo_tdm)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "max_train_prompts", "speed_prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not self.eval_steps or min(self.eval_steps) < 1:
+            raise ValueError(f"eval_steps={self.eval_steps} must be step counts >= 1")
+        if self.tdm.student_steps not in self.eval_steps:
+            raise ValueError(
+                f"eval_steps={self.eval_steps} must hold the student's own step count "
+                f"tdm.student_steps={self.tdm.student_steps}"
+            )
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+
+
 # What the full recipe reaches, said next to a smoke run's scores (README, docs/benchmarks.md).
 FULL_DEMO_RESULT = (
     "the full demo (`krea2 demo`, 760 + 560 steps, 20-30 minutes on 2 cores) reaches "
@@ -94,6 +135,8 @@ class DemoConfig:
     rl: RlStageSettings = field(default_factory=RlStageSettings)
     # The prompt expander in front of the final DiT: SFT, then GDPO (± diversity reward).
     expander: ExpanderStageSettings = field(default_factory=ExpanderStageSettings)
+    # After raw: TDM into a few-step student without CFG (Turbo).
+    turbo: TurboStageSettings = field(default_factory=TurboStageSettings)
 
 
 def packaged_recipe(quick: bool) -> resources_abc.Traversable:

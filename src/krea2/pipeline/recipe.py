@@ -11,76 +11,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from krea2.pipeline.config import DemoConfig, training_job
-from krea2.trainer import JobConfig
-
-Section = tuple[str, str]  # (title, html)
-
-
-@dataclass
-class DemoRun:
-    """What the stages share: the recipe, the output folder, the held-out evaluation and
-    each finished stage's result by name."""
-
-    cfg: DemoConfig
-    out: Path
-    results: dict[str, dict] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from krea2.curate.shapes import concept_scene, eval_prompt
-        from krea2.pipeline import evaluation
-
-        self.split, self.held_out = evaluation.demo_concepts(self.cfg)
-        self.prompts = [eval_prompt(c) for c in self.held_out]
-        self.targets = [concept_scene(c) for c in self.held_out]
-        self.log = self.out / "commands.log"
-
-    @property
-    def cluster(self) -> Path:
-        return Path(self.results["shards"]["cluster"])
-
-    def shard_dir(self, stage_name: str) -> Path:
-        return self.out / "shards" / stage_name
-
-    @property
-    def job(self) -> JobConfig:
-        """The pretraining job (its shards exported by then)."""
-        dirs = [self.shard_dir(s.name) for s in self.cfg.train.stages]
-        return training_job(self.cfg, self.out / "run", dirs, self.prompts[:8])
-
-    def model(self, stage: str) -> tuple[JobConfig, int]:
-        """The chain model a finished stage keeps (its result's ``model`` record)."""
-        from krea2.pipeline.chain import load_model
-
-        return load_model(self.results[stage]["model"])
-
-
-@dataclass(frozen=True)
-class DemoStage:
-    """One stage: ``run(demo)`` returns its JSON-able result; ``summary(demo)`` the entries
-    it adds to summary.json, ``sections(demo)`` its report sections, ``lines(demo)`` what
-    the console shows at the end (each None: nothing). ``always``: run even when recorded
-    (the embedded shards must be up in every invocation). ``leads``: its summary and
-    sections come first."""
-
-    name: str
-    what: str
-    run: Callable[[DemoRun], dict]
-    summary: Callable[[DemoRun], dict] | None = None
-    sections: Callable[[DemoRun], list[Section]] | None = None
-    lines: Callable[[DemoRun], list[str]] | None = None
-    always: bool = False
-    leads: bool = False
+from krea2.pipeline.config import DemoConfig
+from krea2.pipeline.demo_run import DemoRun, DemoStage, Section
 
 
 def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
     """The demo's stages in the order they run (one export per training resolution)."""
-    from krea2.pipeline import chain, curation, expander_stage, preference, rl_stage, sft_merge
+    from krea2.pipeline import (
+        chain,
+        curation,
+        expander_stage,
+        preference,
+        rl_stage,
+        sft_merge,
+        turbo_stage,
+    )
 
     exports = [
         DemoStage(
@@ -214,6 +162,19 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
             leads=True,
         ),
         DemoStage(
+            turbo_stage.STAGE,
+            turbo_stage.WHAT,
+            _turbo,
+            summary=lambda d: {"turbo": turbo_stage.summary(d.results[turbo_stage.STAGE])},
+            sections=lambda d: [
+                (
+                    "Turbo: raw distilled by TDM",
+                    turbo_stage.report_section(d.results[turbo_stage.STAGE], d.prompts, _upscale()),
+                )
+            ],
+            lines=lambda d: turbo_stage.summary_lines(d.results[turbo_stage.STAGE]),
+        ),
+        DemoStage(
             expander_stage.STAGE,
             expander_stage.WHAT,
             lambda d: expander_stage.run_demo_stage(
@@ -241,9 +202,9 @@ INTRO = (
     "curated by krablet workers on embedded PostgreSQL shards, exported as Parquet shards at "
     "two resolutions, a tiny single-stream DiT pretrained on them and scored with the rubric "
     "verifier, then post-trained in one chain — domain SFTs merged, STPO on on-policy "
-    "pairs, RL without CFG — into the final model (raw), with the prompt expander in "
-    "front of it; the ablations (Diffusion-DPO, the other merges) branch off the chain "
-    "model they ablate.</p>"
+    "pairs, RL without CFG — into the final model (raw), distilled by TDM into a few-step "
+    "student without CFG (Turbo), with the prompt expander in front of raw; the ablations "
+    "(Diffusion-DPO, the other merges) branch off the chain model they ablate.</p>"
 )
 
 
@@ -383,6 +344,26 @@ def _chain(d: DemoRun) -> dict:
         ev.steps,
         ev.cfg,
         cached={"pretrained-cfg": last},
+    )
+
+
+def _turbo(d: DemoRun) -> dict:
+    """raw distilled into Turbo; its teacher's 20-step samples are the chain's."""
+    from krea2.curate.shapes import eval_prompt
+    from krea2.pipeline import chain, rl_stage, turbo_stage
+
+    raw, ev = d.results[chain.STAGE]["models"]["raw"], d.cfg.eval
+    return turbo_stage.run_demo_stage(
+        d.cfg.turbo,
+        d.model(rl_stage.STAGE),
+        d.out / "turbo",
+        [eval_prompt(c) for c in d.split.train],
+        d.prompts,
+        d.targets,
+        list(ev.seeds),
+        ev.steps,
+        ev.cfg,
+        cached={"cfg": raw["cfg"]["samples"], "no_cfg": raw["no_cfg"]["samples"]},
     )
 
 

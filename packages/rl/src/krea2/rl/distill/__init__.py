@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.rl.distill.loss import x0_from_velocity as x0_from_velocity
     from krea2.rl.distill.objective import TdmObjective as TdmObjective
     from krea2.rl.distill.stage import check_distill_stage as check_distill_stage
+    from krea2.rl.distill.train import TURBO_STAGE as TURBO_STAGE
+    from krea2.rl.distill.train import distill_job as distill_job
+    from krea2.rl.distill.train import train_distill as train_distill
     from krea2.rl.distill.trajectory import StagePoints as StagePoints
     from krea2.rl.distill.trajectory import draw_points as draw_points
     from krea2.rl.distill.trajectory import pick_inputs as pick_inputs
@@ -69,6 +72,9 @@ _HOMES: dict[str, str | None] = {
     "FakeScore": "fake_score",
     "TdmObjective": "objective",
     "check_distill_stage": "stage",
+    "distill_job": "train",
+    "train_distill": "train",
+    "TURBO_STAGE": "train",
 }
 
 __all__ = sorted(_HOMES)

@@ -1,0 +1,356 @@
+"""Demo stage ``turbo``: raw distilled by TDM into a few-step, CFG-free student (Turbo),
+measured against its teacher at 1, 2, 4 and 8 steps.
+
+The stage trains ``turbo`` after raw's stage in a run of its own
+(:func:`krea2.rl.distill.distill_job`: the objective ``tdm`` on prompt shards of the
+training concepts, the teacher raw itself, CFG in its settings), then samples the held-out
+prompts with ``[eval]``'s seeds: the student at each of ``eval_steps`` without CFG, the
+teacher at each with ``[eval]``'s CFG and without, and at ``[eval]``'s step count (T20,
+the chain's raw samples, reused). It reports ShapesEval and all-correct per (model, steps,
+CFG), the paired differences the issue's must-shows name (S4 − T20, S4 − T4, S4 − T20₀),
+the spread of what the verifier detects over seeds (position, size, background: no
+collapse), saturation and background noise against T20, and sampling speed per image.
+Everything is kept under ``work``; a rerun resumes the training and reuses the samples.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from krea2.curate.shapes import Scene
+from krea2.pipeline.config import TurboStageSettings
+from krea2.pipeline.evaluation import paired_delta
+from krea2.trainer import JobConfig
+
+STAGE = "turbo"
+WHAT = "distil raw by TDM into a few-step student without CFG: Turbo"
+
+
+def run_demo_stage(
+    s: TurboStageSettings,
+    teacher: tuple[JobConfig, int],
+    work: Path,
+    train_prompts: list[str],
+    prompts: list[str],
+    targets: list[Scene],
+    seeds: list[int],
+    teacher_steps: int,
+    cfg_scale: float,
+    cached: dict[str, str],
+) -> dict:
+    """Distil stage ``teacher[1]`` of job ``teacher[0]`` and measure student and teacher
+    (module docstring) on ``prompts`` x ``seeds``; ``cached``: ``"cfg"``/``"no_cfg"`` ->
+    the teacher's ``.npy`` samples at ``teacher_steps`` steps with CFG ``cfg_scale`` and
+    without (the chain's). Returns the JSON-able result."""
+    from krea2.infra.atomic import publish_dir
+    from krea2.rl.distill import distill_job, train_distill
+    from krea2.rl.online import export_prompt_shards
+
+    job0, index = teacher
+    work.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    shards = work / "prompt-shards"
+    side = job0.stages[index].resolution
+    stride = -(-len(train_prompts) // s.max_train_prompts)  # evenly over the concepts
+    pool = list(train_prompts[::stride])
+    publish_dir(shards, lambda tmp: export_prompt_shards(pool, tmp, side, s.prompts_per_step))
+    job = distill_job(job0, index, work / "tdm", shards, s.tdm, s.steps, s.prompts_per_step,
+                      s.lr, s.checkpoint_every)  # fmt: skip
+    train_distill(job0, index, job)
+    seconds = {"train": time.perf_counter() - t}
+
+    t = time.perf_counter()
+    student = (job, len(job.stages) - 1)
+    runs = [("student", student, k, 0.0) for k in s.eval_steps]
+    runs += [("teacher", teacher, k, scale) for k in s.eval_steps for scale in (cfg_scale, 0.0)]
+    runs += [("teacher", teacher, teacher_steps, scale) for scale in (cfg_scale, 0.0)]
+    measures = {}
+    for who, model, steps, scale in runs:
+        key = _key(who, steps, scale)
+        given = cached.get("cfg" if scale else "no_cfg") if steps == teacher_steps else None
+        path = Path(given) if who == "teacher" and given else work / f"{key}.npy"
+        measures[key] = _measure(model, path, prompts, targets, seeds, steps, scale)
+        measures[key] |= {"who": who, "steps": steps, "cfg": scale}
+    seconds["eval"] = time.perf_counter() - t
+    k = s.tdm.student_steps
+    s_k, t_k = f"student-{k}", _key("teacher", k, cfg_scale)
+    t_full, t_plain = _key("teacher", teacher_steps, cfg_scale), _key("teacher", teacher_steps, 0)
+    deltas = {
+        f"S{k} - T{teacher_steps}": (s_k, t_full),
+        f"S{k} - T{k}": (s_k, t_k),
+        f"S{k} - T{teacher_steps} no CFG": (s_k, t_plain),
+        f"T{teacher_steps} - T{teacher_steps} no CFG": (t_full, t_plain),
+        f"T{teacher_steps} - T{k}": (t_full, t_k),
+    }
+    result: dict[str, Any] = {
+        "measures": {
+            key: {f: v for f, v in m.items() if f != "per_image"} for key, m in measures.items()
+        },
+        "deltas": {
+            name: paired_delta(measures[a]["per_image"], measures[b]["per_image"])
+            for name, (a, b) in deltas.items()
+        },
+        "keys": {"student": s_k, "teacher_k": t_k, "teacher": t_full, "teacher_no_cfg": t_plain},
+        "speed": _speed(s, teacher, student, prompts, teacher_steps, cfg_scale),
+        "curves": curves(Path(job.run_dir)),
+        "model": {"run": str(job.run_dir), "stage": job.stages[-1].name},
+        "settings": asdict(s)
+        | {
+            "teacher_steps": teacher_steps,
+            "cfg": cfg_scale,
+            "seeds": list(seeds),
+            "prompts": len(prompts),
+        },
+        "seconds": seconds,
+    }
+    result["checks"] = checks(result)
+    return result
+
+
+def _key(who: str, steps: int, scale: float) -> str:
+    return f"{who}-{steps}" + (f"-cfg{scale:g}" if scale else "")
+
+
+def _measure(model, path: Path, prompts, targets, seeds, steps: int, scale: float) -> dict:  # type: ignore[no-untyped-def]
+    """ShapesEval, all-correct, per-image scores, spread, saturation and background noise of
+    ``model``'s samples (cached in ``path``)."""
+    from krea2.curate.shapes import shapes_eval
+    from krea2.infra.atomic import cached_array
+    from krea2.rl.online import background_noise
+    from krea2.trainer import sample_stage
+
+    images = cached_array(
+        path, lambda: sample_stage(*model, list(prompts), list(seeds), steps, scale)
+    )
+    score = shapes_eval(images, list(targets))
+    flat = images.reshape(-1, *images.shape[2:])
+    return {
+        "shapes_eval": score.score,
+        "all_correct": score.all_correct,
+        "per_image": score.per_image,
+        "spread": spread_of_detections(images),
+        "saturation": float(saturation(flat).mean()),
+        "bg_noise": float(background_noise(flat).mean()),
+        "samples": str(path),
+    }
+
+
+def saturation(images: np.ndarray) -> np.ndarray:
+    """Mean HSV saturation (max − min) / max per image of uint8 [N, H, W, 3], in [0, 1]."""
+    x = images.astype(np.float32)
+    hi, lo = x.max(-1), x.min(-1)
+    return np.where(hi > 0, (hi - lo) / np.maximum(hi, 1.0), 0.0).mean((1, 2))
+
+
+def spread_of_detections(images: np.ndarray) -> dict[str, float]:
+    """How much what the verifier detects varies over seeds, per prompt then averaged over
+    prompts, of uint8 [P, S, H, W, 3]: the largest object's centroid (``position``, std of
+    x and y as fractions of the side, their mean), its size (``size``, std of √area / side)
+    and the background (``background``, std of the border's median colour / 255, mean over
+    channels). A collapsed few-step student draws the same picture for every seed."""
+    from krea2.curate.shapes import detect_objects
+
+    side = images.shape[2]
+    rows: dict[str, list[float]] = {"position": [], "size": [], "background": []}
+    for per_prompt in images:
+        pos, size, bg = [], [], []
+        for im in per_prompt:
+            border = np.concatenate([im[0], im[-1], im[:, 0], im[:, -1]])
+            bg.append(np.median(border, 0) / 255.0)
+            found = detect_objects(im)
+            if found:
+                big = max(found, key=lambda o: o.area)
+                pos.append(np.asarray(big.centroid) / side)
+                size.append(np.sqrt(big.area) / side)
+        if len(pos) > 1:
+            rows["position"].append(float(np.std(pos, 0).mean()))
+            rows["size"].append(float(np.std(size)))
+        rows["background"].append(float(np.std(bg, 0).mean()))
+    return {k: float(np.mean(v)) if v else 0.0 for k, v in rows.items()}
+
+
+def _speed(s, teacher, student, prompts, teacher_steps: int, cfg_scale: float) -> dict:  # type: ignore[no-untyped-def]
+    """Seconds per image of each model's sampling (loaded first, then timed alone) on
+    ``s.speed_prompts`` prompts x 1 seed: T at ``teacher_steps`` with and without CFG, the
+    student at its own steps (the fastest of 3 interleaved repeats); and the ratios beside
+    the network-evaluation ratios."""
+    from krea2.trainer import load_stage_module, sample_module
+
+    chosen = list(prompts[: s.speed_prompts])
+    k = s.tdm.student_steps
+    runs = {
+        "teacher_cfg": (teacher, teacher_steps, cfg_scale),
+        "teacher_no_cfg": (teacher, teacher_steps, 0.0),
+        "student": (student, k, 0.0),
+    }
+    modules = {name: load_stage_module(*model) for name, (model, _, _) in runs.items()}
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(3):  # interleaved repeats, the fastest of each: less noise from the machine
+        for name, ((job, index), steps, scale) in runs.items():
+            sample_module(job, index, modules[name], chosen[:1], [0], 1, scale)  # warm up
+            t = time.perf_counter()
+            sample_module(job, index, modules[name], chosen, [0], steps, scale)
+            best[name] = min(best[name], time.perf_counter() - t)
+    out: dict[str, Any] = {f"{n}_s_per_image": sec / len(chosen) for n, sec in best.items()}
+    out["speedup_vs_cfg"] = out["teacher_cfg_s_per_image"] / out["student_s_per_image"]
+    out["speedup_vs_no_cfg"] = out["teacher_no_cfg_s_per_image"] / out["student_s_per_image"]
+    out["nfe_ratio_vs_cfg"] = 2 * teacher_steps / k  # CFG: two evaluations a step
+    out["nfe_ratio_vs_no_cfg"] = teacher_steps / k
+    return out
+
+
+def curves(run_dir: Path) -> dict[str, list]:
+    """The turbo stage's logged train rows: ``step``, ``loss`` (the student's),
+    ``fake_loss``, ``teacher_fake_gap``, ``dm_grad_norm`` and ``x0_rms``."""
+    from krea2.trainer import read_metrics
+
+    keys = ("step", "loss", "fake_loss", "teacher_fake_gap", "dm_grad_norm", "x0_rms")
+    path = run_dir / "metrics.jsonl"
+    rows = {r["step"]: r for r in (read_metrics(path) if path.exists() else [])
+            if r.get("kind") == "train" and r.get("stage") == STAGE}  # fmt: skip
+    return {k: [rows[i].get(k) for i in sorted(rows)] for k in keys}
+
+
+def checks(result: dict) -> dict[str, dict]:
+    """The issue's must-shows on this run: each ``{"holds": bool, "why": str}``."""
+    m, d, keys, sp = result["measures"], result["deltas"], result["keys"], result["speed"]
+    s_, tk, tf, t0 = (m[keys[k]] for k in ("student", "teacher_k", "teacher", "teacher_no_cfg"))
+    a, b, c = s_["shapes_eval"], tf["shapes_eval"], tk["shapes_eval"]
+    # a teacher that never varies a feature leaves nothing to collapse: ratio 1
+    spread = {f: s_["spread"][f] / v if v > 0 else 1.0 for f, v in tf["spread"].items()}
+    out = {
+        "quality": (a >= b - 0.03, f"S {a:.3f} >= T {b:.3f} - 0.03"),
+        "beats_fewer_teacher_steps": (
+            a - c >= 0.5 * (b - c),
+            f"S - Tk {a - c:+.3f} >= ½(T - Tk) {0.5 * (b - c):+.3f}",
+        ),
+        "no_collapse": (
+            min(spread.values()) >= 0.8,
+            "spread / teacher's "
+            + ", ".join(f"{k} {v:.2f}" for k, v in spread.items())
+            + " (>= 0.8)",
+        ),
+        "speed_vs_cfg": (
+            sp["speedup_vs_cfg"] >= 0.8 * sp["nfe_ratio_vs_cfg"],
+            f"{sp['speedup_vs_cfg']:.1f}x >= 0.8 x {sp['nfe_ratio_vs_cfg']:g}",
+        ),
+    }
+    if tf["shapes_eval"] > t0["shapes_eval"]:
+        gain = tf["shapes_eval"] - t0["shapes_eval"]
+        got = d[next(n for n in d if n.endswith("no CFG") and n.startswith("S"))]["delta"]
+        out["guidance_distilled"] = (got >= 0.5 * gain, f"S - T0 {got:+.3f} >= ½ {gain:.3f}")
+    return {k: {"holds": bool(h), "why": why} for k, (h, why) in out.items()}
+
+
+HEADERS = ["model", "steps", "CFG", "ShapesEval", "all correct", "saturation",
+           "background noise", "spread: position", "size", "background"]  # fmt: skip
+
+
+def rows(result: dict) -> list[list[str]]:
+    """Rows of :data:`HEADERS`: the student at each step count, then the teacher."""
+    out = []
+    for m in result["measures"].values():
+        sp = m["spread"]
+        out.append([m["who"], str(m["steps"]), f"{m['cfg']:g}" if m["cfg"] else "none",
+                    f"{m['shapes_eval']:.3f}", f"{m['all_correct']:.3f}",
+                    f"{m['saturation']:.3f}", f"{m['bg_noise']:.2f}", f"{sp['position']:.3f}",
+                    f"{sp['size']:.3f}", f"{sp['background']:.3f}"])  # fmt: skip
+    return out
+
+
+def summary(result: dict) -> dict:
+    """summary.json's ``turbo``: the measures (sample paths left out), the paired
+    differences, the checks, the speed and the seconds."""
+    measures = {k: {f: v for f, v in m.items() if f != "samples"}
+                for k, m in result["measures"].items()}  # fmt: skip
+    return {"measures": measures, "deltas": result["deltas"], "checks": result["checks"],
+            "speed": result["speed"], "model": result["model"],
+            "seconds": result["seconds"]}  # fmt: skip
+
+
+def summary_lines(result: dict) -> list[str]:
+    """The console's closing lines: the student against its teacher, each check."""
+    m, keys = result["measures"], result["keys"]
+    s_, t = m[keys["student"]], m[keys["teacher"]]
+    lines = [
+        f"turbo: student {s_['steps']} steps without CFG {s_['shapes_eval']:.3f}, teacher "
+        f"{t['steps']} steps with CFG {t['cfg']:g} {t['shapes_eval']:.3f}; "
+        f"{result['speed']['speedup_vs_cfg']:.1f}x faster per image"
+    ]
+    for name, c in result["checks"].items():
+        lines.append(f"turbo: {name} {'holds' if c['holds'] else 'does NOT hold'}: {c['why']}")
+    return lines
+
+
+def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: ignore[no-untyped-def]
+    """The turbo stage on report.html: the table, ShapesEval against steps (student without
+    CFG, teacher with and without), the paired differences and checks, the speed, the
+    fake-score and student curves, and the first seed's samples side by side."""
+    from krea2.pipeline import html
+
+    st, m, keys = result["settings"], result["measures"], result["keys"]
+    parts = [html.table(HEADERS, rows(result))]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for v in m.values():
+        label = f"{v['who']}, " + (f"CFG {v['cfg']:g}" if v["cfg"] else "no CFG")
+        series.setdefault(label, []).append((float(v["steps"]), float(v["shapes_eval"])))
+    parts.append(
+        "<h3>ShapesEval against sampling steps</h3>"
+        + html.line_chart(
+            {k: sorted(v) for k, v in series.items()},
+            x_label="Euler steps",
+            y_label="ShapesEval",
+            log=False,
+        )
+    )
+    deltas = "".join(
+        f"<li>{html.escape(name)}: {d['delta']:+.3f} ± {d['se']:.3f}</li>"
+        for name, d in result["deltas"].items()
+    )
+    checks = "".join(
+        f"<li>{html.escape(name)}: {'holds' if c['holds'] else 'does not hold'} "
+        f"({html.escape(c['why'])})</li>"
+        for name, c in result["checks"].items()
+    )
+    sp, tdm = result["speed"], st["tdm"]
+    parts.append(
+        f'<p class="note">The student: {tdm["mode"]}, {tdm["student_steps"]} steps, '
+        f"{st['steps']} iterations of {st['prompts_per_step']} training-concept prompts at lr "
+        f"{st['lr']:g}, from raw with CFG at Ho's g = {tdm['teacher_guidance']:g} (krea2's "
+        f"scale {tdm['teacher_guidance'] - 1:g}). Measured on {st['prompts']} held-out "
+        f"prompts x {len(st['seeds'])} seeds; Δ ± the paired standard error over the prompts. "
+        f"Spread: the std over seeds of the largest detected object's position and size and "
+        f"of the background colour (a collapsed student draws one picture per prompt). "
+        f"Speed, per image on this machine: teacher {st['teacher_steps']} steps with CFG "
+        f"{sp['teacher_cfg_s_per_image'] * 1e3:.1f} ms, without "
+        f"{sp['teacher_no_cfg_s_per_image'] * 1e3:.1f} ms, student "
+        f"{sp['student_s_per_image'] * 1e3:.1f} ms ({sp['speedup_vs_cfg']:.1f}x and "
+        f"{sp['speedup_vs_no_cfg']:.1f}x for {sp['nfe_ratio_vs_cfg']:g}x and "
+        f"{sp['nfe_ratio_vs_no_cfg']:g}x fewer network evaluations).</p>"
+        f"<ul>{deltas}</ul><ul>{checks}</ul>"
+    )
+    c = result["curves"]
+    lines = {k: [(float(s), float(v)) for s, v in zip(c["step"], c[k], strict=True)
+                 if v is not None] for k in ("loss", "fake_loss", "teacher_fake_gap")}  # fmt: skip
+    if any(lines.values()):
+        parts.append(
+            "<h3>Student and fake-score losses</h3>"
+            + html.line_chart(
+                {k: v for k, v in lines.items() if v}, x_label="iteration", y_label="loss", log=True
+            )
+        )
+    shown = [keys["teacher"], keys["teacher_k"],
+             *(k for k, v in m.items() if v["who"] == "student")]  # fmt: skip
+    grid = []
+    for key in shown:
+        v = m[key]
+        label = f"{v['who']} {v['steps']} steps, " + (f"CFG {v['cfg']:g}" if v["cfg"] else "no CFG")
+        images = np.load(v["samples"])[:8, 0]
+        grid.append((label, [html.png_data_uri(upscale(im)) for im in images]))
+    parts.append("<h3>Held-out prompts, first seed</h3>" + html.image_table(prompts[:8], grid))
+    return "".join(parts)
