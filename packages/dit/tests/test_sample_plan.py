@@ -136,3 +136,34 @@ def test_native_folder_with_flags_for_missing_parts(plain, tmp_path):
     assert (folder.text_encoder, folder.autoencoder, folder.time_shift) == (None, None, None)
     plan = plan_sample(model=tmp_path, text_encoder="tiny:1")
     assert plan.weights == tmp_path / "dit.safetensors" and str(plan.text_encoder) == "tiny:1"
+
+
+def test_steps_and_cfg_come_from_the_flags_the_record_a_turbo_folder_or_the_defaults(
+    plain, tmp_path
+):
+    assert (plan_sample(weights=plain).steps, plan_sample(weights=plain).cfg) == (28, 4.5)
+    turbo = plan_sample(weights=plain, turbo=True)
+    assert (turbo.steps, turbo.cfg, turbo.time_shift) == (8, 0.0, TimeShift(fixed=TURBO_MU))
+    student = recorded(tmp_path, text_encoder="tiny:3", sampling={"steps": 4, "cfg": 0})
+    plan = plan_sample(weights=student)
+    assert (plan.steps, plan.cfg) == (4, 0.0) and "4 steps, no CFG" in plan.describe()
+    assert plan_sample(weights=student, turbo=True).steps == 4  # its own record wins
+    flags = plan_sample(weights=student, steps=2, cfg=1.5)
+    assert (flags.steps, flags.cfg) == (2, 1.5)
+    (tmp_path / "m").mkdir()
+    folder = scheduler_folder(tmp_path / "m", {"use_dynamic_shifting": True},
+                              {"is_distilled": True})  # fmt: skip
+    (folder / "dit.safetensors").write_bytes(plain.read_bytes())
+    assert read_model_folder(folder).distilled
+    plan = plan_sample(model=folder)
+    assert (plan.steps, plan.cfg, plan.time_shift) == (8, 0.0, TimeShift(fixed=TURBO_MU))
+
+
+BAD_SAMPLING = [{"steps": 0, "cfg": 0}, {"steps": 4}, "fast", {"steps": 4, "cfg": -1},
+                {"steps": True, "cfg": 0}]  # fmt: skip
+
+
+@pytest.mark.parametrize("sampling", BAD_SAMPLING)
+def test_a_malformed_sampling_record_is_refused(tmp_path, sampling):
+    with pytest.raises(UserError, match="'sampling' must be"):
+        recorded(tmp_path, text_encoder="tiny:3", sampling=sampling)

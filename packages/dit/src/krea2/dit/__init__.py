@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.components import load_text_encoder as load_text_encoder
     from krea2.dit.components import parse_autoencoder as parse_autoencoder
     from krea2.dit.components import parse_text_encoder as parse_text_encoder
+    from krea2.dit.conditioning_record import check_conditioning as check_conditioning
     from krea2.dit.config import CONFIGS as CONFIGS
     from krea2.dit.config import DiTConfig as DiTConfig
     from krea2.dit.config import get_config as get_config
@@ -64,7 +65,6 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.vae import Flux2VAE as Flux2VAE
     from krea2.dit.vae import QwenImageVAE as QwenImageVAE
     from krea2.dit.weights import CONDITIONING_KEY as CONDITIONING_KEY
-    from krea2.dit.weights import check_conditioning as check_conditioning
     from krea2.dit.weights import convert as convert
     from krea2.dit.weights import from_pretrained as from_pretrained
     from krea2.dit.weights import is_training_checkpoint as is_training_checkpoint
@@ -133,7 +133,7 @@ _MODULE_OF = {
     "save_weights": "weights",
     "convert": "weights",
     "CONDITIONING_KEY": "weights",
-    "check_conditioning": "weights",
+    "check_conditioning": "conditioning_record",
     "read_conditioning": "weights",
     "is_training_checkpoint": "weights",
     # plans the trainer applies

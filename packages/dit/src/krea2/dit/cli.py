@@ -49,13 +49,21 @@ def sample(
         None, help="DiT checkpoint: .safetensors or diffusers folder (replaces --model's DiT)."
     ),
     size: str = typer.Option("1024x1024", help="WIDTHxHEIGHT in pixels."),
-    steps: int = typer.Option(28, help="Euler steps."),
-    cfg: float = typer.Option(4.5, help="Krea CFG w: v_c + w (v_c - v_u); 0 disables."),
+    steps: int = typer.Option(
+        None, help="Euler steps (default: a distilled model's own, Turbo's 8, else 28)."
+    ),
+    cfg: float = typer.Option(
+        None,
+        help="Krea CFG w: v_c + w (v_c - v_u); 0 disables (default: 0 for a distilled "
+        "model, else 4.5).",
+    ),
     seed: int = typer.Option(0, help="Image i uses seed + i."),
     mu: float = typer.Option(
         None, help="Fixed time shift (default: recorded in the weights, else the scheduler's)."
     ),
-    turbo: bool = typer.Option(False, help="Turbo settings: mu 1.15 (pass --steps 8 --cfg 0)."),
+    turbo: bool = typer.Option(
+        False, help="Turbo settings: mu 1.15, 8 steps, no CFG (flags given still win)."
+    ),
     negative: str = typer.Option("", help="Negative prompt (used when cfg != 0)."),
     text_encoder: str = typer.Option(
         None,
@@ -81,8 +89,10 @@ def sample(
     """Generate images from prompts and write PNGs.
 
     Weights written by `krea2 train pma/merge` record their text conditioning, prediction
-    and shift; those are used by default, and weights whose conditioning this command
-    cannot rebuild are refused (sample them with `krea2 train sample`).
+    and shift (and a distilled student its steps, without CFG); those are used by default,
+    and weights whose conditioning this command cannot rebuild are refused (sample them
+    with `krea2 train sample`). A model folder marked distilled (Turbo) samples in 8 steps
+    without CFG at mu 1.15 unless flags say otherwise.
 
     Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
     --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
@@ -95,7 +105,8 @@ def sample(
     w, h = parse_size(size)
     plan = plan_sample(
         model=model, weights=weights, text_encoder=text_encoder, autoencoder=ae,
-        text_tokens=text_tokens, prediction=prediction, mu=mu, turbo=turbo,
+        text_tokens=text_tokens, prediction=prediction, mu=mu, turbo=turbo, steps=steps,
+        cfg=cfg,
     )  # fmt: skip
     dev = _device(device)
     dt = _dtype(dtype, dev)
@@ -104,7 +115,7 @@ def sample(
     enc = load_text_encoder(plan.text_encoder, net.cfg, plan.text_tokens, dt, dev)
     autoenc = load_autoencoder(plan.autoencoder, dt, dev)
     images = generate(
-        net, enc, autoenc, prompt, w, h, steps=steps, cfg=cfg, seed=seed,
+        net, enc, autoenc, prompt, w, h, steps=plan.steps, cfg=plan.cfg, seed=seed,
         mu=plan.time_shift, negative=negative, prediction=plan.prediction,
         x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True,
     )  # fmt: skip

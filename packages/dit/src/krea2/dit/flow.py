@@ -17,6 +17,7 @@ from krea2.infra.errors import UserError
 # The release's shift line: mu = 0.5 at 256 image tokens (256^2 px), 1.15 at 6400 (1280^2).
 MU_X1, MU_Y1, MU_X2, MU_Y2 = 256, 0.5, 6400, 1.15
 TURBO_MU = 1.15  # Turbo was distilled at this mu and uses it at every resolution
+TURBO_STEPS = 8  # ... in 8 steps without CFG (the release's recommended settings)
 
 
 def resolution_mu(image_tokens: int, x1=MU_X1, y1=MU_Y1, x2=MU_X2, y2=MU_Y2) -> float:

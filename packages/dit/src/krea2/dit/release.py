@@ -40,6 +40,7 @@ class ModelFolder:
     text_encoder: str | None  # a text-encoder spec, `qwen3-vl:PATH`
     autoencoder: str | None  # an autoencoder spec, e.g. `qwen-image:PATH`
     time_shift: TimeShift | None  # from the scheduler config; None: not recorded
+    distilled: bool = False  # model_index.json's is_distilled: a Turbo (few steps, no CFG)
 
 
 def read_model_folder(path: str | Path) -> ModelFolder:
@@ -67,7 +68,15 @@ def read_model_folder(path: str | Path) -> ModelFolder:
         text_encoder=f"qwen3-vl:{text}" if (text / "config.json").exists() else None,
         autoencoder=_autoencoder_spec(root / "vae"),
         time_shift=read_time_shift(root),
+        distilled=is_distilled(root),
     )
+
+
+def is_distilled(root: str | Path) -> bool:
+    """Whether a diffusers pipeline folder's ``model_index.json`` marks it distilled
+    (``is_distilled``: Turbo's fixed mu, few steps, no CFG); False without one."""
+    index = Path(root) / "model_index.json"
+    return bool(_object(index).get("is_distilled", False)) if index.exists() else False
 
 
 def read_dit_config(path: str | Path) -> DiTConfig:
@@ -146,8 +155,7 @@ def read_time_shift(root: str | Path) -> TimeShift | None:
     if not conf_path.exists():
         return None
     conf = _object(conf_path)
-    index = Path(root) / "model_index.json"
-    distilled = bool(_object(index).get("is_distilled", False)) if index.exists() else False
+    distilled = is_distilled(root)
     bad = [k for k in UNSUPPORTED_SCHEDULER if conf.get(k)]
     if bad or conf.get("time_shift_type", "exponential") != "exponential":
         what = ", ".join(bad) or f"time_shift_type={conf['time_shift_type']!r}"

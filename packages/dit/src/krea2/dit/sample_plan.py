@@ -1,11 +1,14 @@
 """What `krea2 dit sample` samples with: weights, text encoder, autoencoder, text length,
-prediction and time shift, from its flags, a model folder and the weights' own record.
+prediction, time shift, steps and CFG, from its flags, a model folder and the weights' own
+record.
 
 Each setting comes from the first of: the flag; the weights' conditioning record
 (`krea2.dit.weights.read_conditioning`, written by the trainer); the model folder
-(`--model`); the default. Weights whose recorded text conditioning this sampler cannot
-rebuild, or that a flag would replace by a different one, are refused: their images would
-not follow the prompt.
+(`--model`); the default. Steps and CFG: the flags; the record's `sampling` (a distilled
+student's own steps, no CFG); Turbo's 8 steps without CFG for `--turbo` or a folder marked
+`is_distilled`; else the release CLI's 28 steps at CFG 4.5. Weights whose recorded text
+conditioning this sampler cannot rebuild, or that a flag would replace by a different one,
+are refused: their images would not follow the prompt.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from krea2.dit.components import ComponentSpec, parse_autoencoder, parse_text_encoder
-from krea2.dit.flow import TURBO_MU, TimeShift
+from krea2.dit.flow import TURBO_MU, TURBO_STEPS, TimeShift
 from krea2.dit.generation import PREDICTIONS
 from krea2.dit.release import read_model_folder
 from krea2.dit.weights import read_conditioning
@@ -25,6 +28,7 @@ DEFAULT_TEXT_ENCODER = "tiny"
 DEFAULT_AUTOENCODER = "pixel"
 DEFAULT_TEXT_TOKENS = 512  # the release's fixed text length T
 X0_MIN_T = 0.05  # the trainer's default floor of t for x0 predictions
+DEFAULT_STEPS, DEFAULT_CFG = 28, 4.5  # the release CLI's defaults for a guided model
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,16 @@ class SamplePlan:
     prediction: str  # one of generation.PREDICTIONS
     x0_min_t: float
     time_shift: TimeShift
+    steps: int = DEFAULT_STEPS
+    cfg: float = DEFAULT_CFG  # Krea CFG w; 0: no guidance
 
     def describe(self) -> str:
         """One line naming what is used, for the person running the sampler."""
         return (
             f"weights {self.weights}, text encoder {self.text_encoder} ({self.text_tokens} "
             f"tokens), autoencoder {self.autoencoder}, {self.prediction} prediction, "
-            f"{self.time_shift}"
+            f"{self.time_shift}, {self.steps} steps, "
+            + (f"CFG {self.cfg:g}" if self.cfg else "no CFG")
         )
 
 
@@ -58,6 +65,8 @@ def plan_sample(
     prediction: str | None = None,
     mu: float | None = None,
     turbo: bool = False,
+    steps: int | None = None,
+    cfg: float | None = None,
 ) -> SamplePlan:
     """Resolve the settings (see the module docstring). `model`: a model folder
     (`release.read_model_folder`); `weights`: DiT weights, replacing the folder's DiT when
@@ -86,7 +95,23 @@ def plan_sample(
         prediction=pred,
         x0_min_t=float(record.get("x0_min_t", X0_MIN_T)),
         time_shift=_time_shift(mu, turbo, record, folder.time_shift if folder else None),
+        **_steps_and_cfg(steps, cfg, record, turbo or bool(folder and folder.distilled)),
     )
+
+
+def _steps_and_cfg(
+    steps: int | None, cfg: float | None, record: dict[str, Any], turbo: bool
+) -> dict[str, Any]:
+    own = record.get("sampling")
+    if own is None:
+        own = {"steps": TURBO_STEPS, "cfg": 0.0} if turbo else {}
+    chosen = {
+        "steps": steps if steps is not None else own.get("steps", DEFAULT_STEPS),
+        "cfg": cfg if cfg is not None else own.get("cfg", DEFAULT_CFG),
+    }
+    if chosen["steps"] < 1 or chosen["cfg"] < 0:
+        raise UserError(f"--steps {chosen['steps']} must be >= 1 and --cfg {chosen['cfg']} >= 0")
+    return chosen
 
 
 def _text_encoder(

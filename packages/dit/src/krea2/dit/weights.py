@@ -14,6 +14,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from krea2.dit.conditioning_record import check_conditioning
 from krea2.dit.config import DiTConfig, swiglu_hidden
 from krea2.dit.diffusers_config import from_diffusers_config, to_diffusers_config
 from krea2.dit.keymap import detect_format, krea_to_diffusers, strip_prefix, to_krea
@@ -154,38 +155,6 @@ def infer_config(sd: dict[str, Tensor], patch: int = 2) -> DiTConfig:
     if cfg.text_mlp_hidden == swiglu_hidden(cfg.text_dim, cfg.mlp_multiplier):
         cfg.text_mlp_hidden = None
     return cfg
-
-
-def check_conditioning(record: Mapping[str, Any], where: str = "conditioning") -> dict[str, Any]:
-    """A checked copy of a conditioning record: how weights were trained to be sampled.
-
-    Keys: ``text_encoder`` (str, required): a `krea2.dit.components` text-encoder spec
-    (``qwen3-vl:PATH``, ``tiny:SEED``) or a name only its writer can rebuild (e.g.
-    ``trainer:words``); ``prediction`` (str, default ``"velocity"``): what the DiT output
-    stands for (``velocity``, ``x0``, ``split``, ...); ``shift`` (float or None, default
-    None): the fixed time shift mu, None for the resolution rule; ``text_tokens`` (int or
-    None): the text length T trained with; ``autoencoder`` (str or None): the autoencoder
-    spec trained with. Other keys (e.g. ``x0_min_t``) are kept as given. UserError (naming
-    ``where``) on a wrong type.
-    """
-    out = dict(record)
-    text = out.get("text_encoder")
-    if not isinstance(text, str) or not text:
-        raise UserError(f"{where}: 'text_encoder' must be a non-empty string, got {text!r}")
-    out.setdefault("prediction", "velocity")
-    if not isinstance(out["prediction"], str):
-        raise UserError(f"{where}: 'prediction' must be a string, got {out['prediction']!r}")
-    shift = out.setdefault("shift", None)
-    if shift is not None and (isinstance(shift, bool) or not isinstance(shift, int | float)):
-        raise UserError(f"{where}: 'shift' must be a number or null, got {shift!r}")
-    out["shift"] = None if shift is None else float(shift)
-    tokens = out.setdefault("text_tokens", None)
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
-        raise UserError(f"{where}: 'text_tokens' must be a whole number or null, got {tokens!r}")
-    ae = out.setdefault("autoencoder", None)
-    if ae is not None and (not isinstance(ae, str) or not ae):
-        raise UserError(f"{where}: 'autoencoder' must be a non-empty string or null, got {ae!r}")
-    return out
 
 
 def _weights_file(path: Path) -> Path:

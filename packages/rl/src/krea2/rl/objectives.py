@@ -88,11 +88,17 @@ def _distill_stage(stage: Any, where: str, dp: int) -> None:
     check_distill_stage(stage, where, dp)
 
 
+def _distilled_sampling(settings: TdmConfig) -> dict[str, Any]:
+    """A distilled student samples on its own K-step grid without CFG."""
+    return {"steps": settings.student_steps, "cfg": 0.0}
+
+
 def _distill_spec(mode: str, summary: str) -> ObjectiveSpec:
-    """``TdmConfig`` with ``mode`` fixed, on prompt shards (data-free)."""
+    """``TdmConfig`` with ``mode`` fixed, on prompt shards (data-free); its model samples
+    in ``student_steps`` steps without CFG."""
     return ObjectiveSpec(mode, summary, TdmConfig, _distill, rows="prompts",
                          judges_spikes=False, fixed={"mode": mode},
-                         check=_distill_stage)  # fmt: skip
+                         check=_distill_stage, sampling=_distilled_sampling)  # fmt: skip
 
 
 TDM = _distill_spec(

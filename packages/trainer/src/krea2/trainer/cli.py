@@ -285,8 +285,12 @@ def sample(
     ),
     step: str = typer.Option("latest", "--step", help="checkpoint step, or latest"),
     seeds: str = typer.Option("0", "--seeds", help="comma-separated seeds, one column each"),
-    steps: int = typer.Option(20, "--steps", help="Euler sampling steps"),
-    cfg: float = typer.Option(2.0, "--cfg", help="classifier-free guidance scale (0: off)"),
+    steps: int = typer.Option(
+        None, "--steps", help="Euler sampling steps (default: a distilled stage's own, else 20)"
+    ),
+    cfg: float = typer.Option(
+        None, "--cfg", help="guidance scale, 0: off (default: 0 for a distilled stage, else 2)"
+    ),
     expander: str = typer.Option(
         None,
         "--expander",

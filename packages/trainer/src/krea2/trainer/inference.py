@@ -28,6 +28,7 @@ from krea2.trainer.config import (
 from krea2.trainer.distributed import init_distributed
 from krea2.trainer.evaluate import sample_grid, save_grid
 from krea2.trainer.objective import stage_mu
+from krea2.trainer.objectives import stage_sampling
 from krea2.trainer.text import LEARNED, text_encoder_spec
 from krea2.trainer.validate import autoencoder_spec
 
@@ -134,8 +135,9 @@ def conditioning_record(job: JobConfig, stage: StageConfig | None) -> dict[str, 
     """How weights of ``job`` (trained in ``stage``; None: a stage is not known) are to be
     sampled, as ``krea2.dit.weights``' conditioning record: the text encoder's registry spec
     (``trainer:words`` for the learned word table), the prediction type, the fixed time
-    shift (None: the resolution rule), the text length and the autoencoder. Without a
-    stage the shift is the stages' common one; UserError when they differ."""
+    shift (None: the resolution rule), the text length, the autoencoder and, for a stage
+    whose objective says so (a distilled student), ``sampling``: its steps and CFG. Without
+    a stage the shift is the stages' common one; UserError when they differ."""
     spec = text_encoder_spec(job.text)
     shifts = {s.time_shift for s in ([stage] if stage is not None else job.stages)}
     if len(shifts) > 1:
@@ -153,6 +155,8 @@ def conditioning_record(job: JobConfig, stage: StageConfig | None) -> dict[str, 
     }
     if job.model.prediction is not Prediction.VELOCITY:
         record["x0_min_t"] = job.model.x0_min_t
+    if stage is not None and (sampling := stage_sampling(stage)) is not None:
+        record["sampling"] = sampling
     return record
 
 
@@ -198,12 +202,14 @@ def sample_run(
     stage: str | None = None,
     step: int | None = None,
     seeds: list[int] | None = None,
-    steps: int = 20,
-    cfg_scale: float = 2.0,
+    steps: int | None = None,
+    cfg_scale: float | None = None,
 ) -> Path:
     """Sample a run's checkpoint the way its trainer does and write ``out/grid.png`` (the
     prompts written under their rows, settings in ``grid.json``) and one PNG per image,
-    ``p<row>-s<seed>.png``. Shows progress (a bar on a terminal). Returns the grid's path."""
+    ``p<row>-s<seed>.png``. ``steps``/``cfg_scale`` None: the stage's own sampling (a
+    distilled student's steps without CFG), else 20 steps at CFG 2. Shows progress (a bar
+    on a terminal). Returns the grid's path."""
     from PIL import Image
 
     from krea2.infra.progress import progress
@@ -217,6 +223,9 @@ def sample_run(
     if step is None and available:
         step = available[-1]
     name = job.stages[index].name
+    own = stage_sampling(job.stages[index]) or {"steps": 20, "cfg": 2.0}
+    steps = own["steps"] if steps is None else steps
+    cfg_scale = own["cfg"] if cfg_scale is None else cfg_scale
     module = load_stage_module(job, index, trained=True, step=step)
     with progress(f"sample {name}", steps * len(seeds), unit="step") as bar:
         images = sample_module(

@@ -56,7 +56,10 @@ class ObjectiveSpec:
     ``fixed``: settings this name implies (``stpo`` is the preference objective with
     ``kind = "stpo"``); a stage that sets one of them otherwise is refused.
     ``check(stage, where, dp)``: what the objective needs of a stage beyond a trainer
-    stage (e.g. whole pairs on every rank), a UserError naming ``where`` and the fix."""
+    stage (e.g. whole pairs on every rank), a UserError naming ``where`` and the fix.
+    ``sampling(settings)``: how the model it trains is meant to be sampled, when that is
+    not the guided many-step default (a distilled student: ``{"steps": K, "cfg": 0.0}``);
+    exports record it and the samplers take it as their defaults."""
 
     name: str
     summary: str
@@ -66,6 +69,7 @@ class ObjectiveSpec:
     judges_spikes: bool = True
     fixed: Mapping[str, Any] | None = None
     check: Callable[[StageConfig, str, int], None] | None = None
+    sampling: Callable[[Any], Mapping[str, Any]] | None = None
 
 
 def _flow(settings: Any, stage: StageConfig, job: JobConfig) -> None:
@@ -152,6 +156,14 @@ def build_objective(stage: StageConfig, job: JobConfig) -> Objective | None:
     """The objective object a stage trains with (None: flow matching)."""
     spec = objective_spec(stage.objective)
     return spec.build(stage_settings(stage), stage, job)
+
+
+def stage_sampling(stage: StageConfig) -> dict[str, Any] | None:
+    """How the model stage ``stage`` trains is meant to be sampled (its objective's
+    ``sampling``: e.g. a distilled student's ``{"steps": K, "cfg": 0.0}``), or None for the
+    guided many-step default."""
+    spec = objective_spec(stage.objective)
+    return None if spec.sampling is None else dict(spec.sampling(stage_settings(stage)))
 
 
 def judges_spikes(stage: StageConfig) -> bool:

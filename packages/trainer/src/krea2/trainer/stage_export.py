@@ -8,12 +8,16 @@ autoencoder), what ``krea2 dit sample`` reads. ``diffusers``: ``transformer/`` i
 diffusers' names beside the text encoder, tokenizer, VAE and scheduler of the model
 folder the run's components come from (copied), and its ``model_index.json``; only a run
 with the release's components (a Qwen3-VL text encoder and the Qwen-Image VAE, from one
-model folder) has such a pipeline.
+model folder) has such a pipeline. The folder samples on the stage's own grid: a stage
+with a fixed time shift mu gets a static-shift scheduler (``shift`` = e^mu), and a
+distilled stage (its objective records ``sampling``: few steps, no CFG) at the release
+Turbo's mu 1.15 is marked ``is_distilled`` as the released Turbo is.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -106,13 +110,32 @@ def export_stage(
         shutil.copytree(folder / part, tmp / part)
     index_file = folder / "model_index.json"
     if index_file.is_file():
-        shutil.copy2(index_file, tmp / "model_index.json")
+        index_data = json.loads(index_file.read_text())
     else:
         text_class = json.loads((folder / "text_encoder" / "config.json").read_text())
         names = text_class.get("architectures") or ["Qwen3VLModel"]
         index_data = pipeline_index(tmp, names[0], False, cfg.patch)
-        (tmp / "model_index.json").write_text(json.dumps(index_data, indent=2))
+    index_data["is_distilled"] = _own_grid(tmp / "scheduler", record)
+    (tmp / "model_index.json").write_text(json.dumps(index_data, indent=2))
     if out.exists():
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     tmp.rename(out)
     return out
+
+
+def _own_grid(scheduler: Path, record: dict) -> bool:
+    """Make the copied ``scheduler`` sample on the stage's grid (``record``: its
+    conditioning record) and say whether the folder is a release-style distilled model
+    (``is_distilled``: Krea2Pipeline then fixes mu at 1.15). The resolution rule keeps the
+    release's dynamic shifting; another fixed mu becomes a static ``shift`` = e^mu, which
+    diffusers' scheduler applies in place of the pipeline's mu."""
+    from krea2.dit.flow import TURBO_MU
+
+    mu = record.get("shift")
+    distilled = "sampling" in record and mu is not None and math.isclose(mu, TURBO_MU)
+    if mu is not None and not distilled:
+        path = scheduler / "scheduler_config.json"
+        conf = json.loads(path.read_text())
+        conf.update(use_dynamic_shifting=False, shift=math.exp(mu))
+        path.write_text(json.dumps(conf, indent=2))
+    return distilled
