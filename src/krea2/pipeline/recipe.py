@@ -27,6 +27,7 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
         preference,
         rl_stage,
         sft_merge,
+        turbo_report,
         turbo_stage,
     )
 
@@ -165,14 +166,16 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
             turbo_stage.STAGE,
             turbo_stage.WHAT,
             _turbo,
-            summary=lambda d: {"turbo": turbo_stage.summary(d.results[turbo_stage.STAGE])},
+            summary=lambda d: {"turbo": turbo_report.summary(d.results[turbo_stage.STAGE])},
             sections=lambda d: [
                 (
                     "Turbo: raw distilled by TDM",
-                    turbo_stage.report_section(d.results[turbo_stage.STAGE], d.prompts, _upscale()),
+                    turbo_report.report_section(
+                        d.results[turbo_stage.STAGE], d.prompts, _upscale()
+                    ),
                 )
             ],
-            lines=lambda d: turbo_stage.summary_lines(d.results[turbo_stage.STAGE]),
+            lines=lambda d: turbo_report.summary_lines(d.results[turbo_stage.STAGE]),
         ),
         DemoStage(
             expander_stage.STAGE,

@@ -47,36 +47,82 @@ def run_demo_stage(
     (module docstring) on ``prompts`` x ``seeds``; ``cached``: ``"cfg"``/``"no_cfg"`` ->
     the teacher's ``.npy`` samples at ``teacher_steps`` steps with CFG ``cfg_scale`` and
     without (the chain's). Returns the JSON-able result."""
+    t = time.perf_counter()
+    student = train_student(s, teacher, work, train_prompts)
+    seconds = time.perf_counter() - t
+    result = measure(s, teacher, student, work, prompts, targets, seeds, teacher_steps,
+                     cfg_scale, cached)  # fmt: skip
+    result["seconds"]["train"] = seconds
+    return result
+
+
+def train_student(
+    s: TurboStageSettings,
+    teacher: tuple[JobConfig, int],
+    work: Path,
+    train_prompts: list[str],
+    seed: int | None = None,
+    name: str = "tdm",
+) -> tuple[JobConfig, int]:
+    """Train (or resume, or find finished) the student of ``s`` in run ``work/name``
+    (``seed``: the run's draws, None: the teacher job's); returns (its job, stage index)."""
+    from dataclasses import replace
+
     from krea2.infra.atomic import publish_dir
     from krea2.rl.distill import distill_job, train_distill
     from krea2.rl.online import export_prompt_shards
 
     job0, index = teacher
     work.mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
     shards = work / "prompt-shards"
     side = job0.stages[index].resolution
     stride = -(-len(train_prompts) // s.max_train_prompts)  # evenly over the concepts
     pool = list(train_prompts[::stride])
     publish_dir(shards, lambda tmp: export_prompt_shards(pool, tmp, side, s.prompts_per_step))
-    job = distill_job(job0, index, work / "tdm", shards, s.tdm, s.steps, s.prompts_per_step,
+    job = distill_job(job0, index, work / name, shards, s.tdm, s.steps, s.prompts_per_step,
                       s.lr, s.checkpoint_every)  # fmt: skip
+    job = job if seed is None else replace(job, seed=seed)
     train_distill(job0, index, job)
-    seconds = {"train": time.perf_counter() - t}
+    return job, len(job.stages) - 1
 
+
+def measure(
+    s: TurboStageSettings,
+    teacher: tuple[JobConfig, int],
+    student: tuple[JobConfig, int],
+    work: Path,
+    prompts: list[str],
+    targets: list[Scene],
+    seeds: list[int],
+    teacher_steps: int,
+    cfg_scale: float,
+    cached: dict[str, str],
+    student_step: int | None = None,
+    teacher_work: Path | None = None,
+    speed: bool = True,
+) -> dict:
+    """The student (its checkpoint of ``student_step``, None: the newest) at each of
+    ``s.eval_steps`` without CFG against the teacher at each with and without CFG and at
+    ``teacher_steps`` (``cached``, as :func:`run_demo_stage`); samples kept under ``work``
+    (the teacher's under ``teacher_work``, default ``work``, so variants share them);
+    ``speed``: time the sampling too. Returns the JSON-able result."""
     t = time.perf_counter()
-    student = (job, len(job.stages) - 1)
+    teacher_work = teacher_work or work
     runs = [("student", student, k, 0.0) for k in s.eval_steps]
     runs += [("teacher", teacher, k, scale) for k in s.eval_steps for scale in (cfg_scale, 0.0)]
     runs += [("teacher", teacher, teacher_steps, scale) for scale in (cfg_scale, 0.0)]
+    at = "" if student_step is None else f"@{student_step}"
     measures = {}
     for who, model, steps, scale in runs:
         key = _key(who, steps, scale)
         given = cached.get("cfg" if scale else "no_cfg") if steps == teacher_steps else None
-        path = Path(given) if who == "teacher" and given else work / f"{key}.npy"
-        measures[key] = _measure(model, path, prompts, targets, seeds, steps, scale)
+        if who == "teacher":
+            path = Path(given) if given else teacher_work / f"{key}.npy"
+            step = None
+        else:
+            path, step = work / f"{key}{at}.npy", student_step
+        measures[key] = _measure(model, step, path, prompts, targets, seeds, steps, scale)
         measures[key] |= {"who": who, "steps": steps, "cfg": scale}
-    seconds["eval"] = time.perf_counter() - t
     k = s.tdm.student_steps
     s_k, t_k = f"student-{k}", _key("teacher", k, cfg_scale)
     t_full, t_plain = _key("teacher", teacher_steps, cfg_scale), _key("teacher", teacher_steps, 0)
@@ -87,16 +133,17 @@ def run_demo_stage(
         f"T{teacher_steps} - T{teacher_steps} no CFG": (t_full, t_plain),
         f"T{teacher_steps} - T{k}": (t_full, t_k),
     }
+    job = student[0]
     result: dict[str, Any] = {
         "measures": {
             key: {f: v for f, v in m.items() if f != "per_image"} for key, m in measures.items()
         },
+        "per_image": {key: m["per_image"] for key, m in measures.items()},
         "deltas": {
             name: paired_delta(measures[a]["per_image"], measures[b]["per_image"])
             for name, (a, b) in deltas.items()
         },
         "keys": {"student": s_k, "teacher_k": t_k, "teacher": t_full, "teacher_no_cfg": t_plain},
-        "speed": _speed(s, teacher, student, prompts, teacher_steps, cfg_scale),
         "curves": curves(Path(job.run_dir)),
         "model": {"run": str(job.run_dir), "stage": job.stages[-1].name},
         "settings": asdict(s)
@@ -105,9 +152,12 @@ def run_demo_stage(
             "cfg": cfg_scale,
             "seeds": list(seeds),
             "prompts": len(prompts),
+            "student_step": student_step,
         },
-        "seconds": seconds,
+        "seconds": {"eval": time.perf_counter() - t},
     }
+    if speed:
+        result["speed"] = _speed(s, teacher, student, prompts, teacher_steps, cfg_scale)
     result["checks"] = checks(result)
     return result
 
@@ -116,16 +166,16 @@ def _key(who: str, steps: int, scale: float) -> str:
     return f"{who}-{steps}" + (f"-cfg{scale:g}" if scale else "")
 
 
-def _measure(model, path: Path, prompts, targets, seeds, steps: int, scale: float) -> dict:  # type: ignore[no-untyped-def]
+def _measure(model, step, path: Path, prompts, targets, seeds, steps: int, scale: float) -> dict:  # type: ignore[no-untyped-def]
     """ShapesEval, all-correct, per-image scores, spread, saturation and background noise of
-    ``model``'s samples (cached in ``path``)."""
+    ``model``'s samples (its checkpoint of ``step``, None: the newest; cached in ``path``)."""
     from krea2.curate.shapes import shapes_eval
     from krea2.infra.atomic import cached_array
     from krea2.rl.online import background_noise
     from krea2.trainer import sample_stage
 
     images = cached_array(
-        path, lambda: sample_stage(*model, list(prompts), list(seeds), steps, scale)
+        path, lambda: sample_stage(*model, list(prompts), list(seeds), steps, scale, step=step)
     )
     score = shapes_eval(images, list(targets))
     flat = images.reshape(-1, *images.shape[2:])
@@ -218,7 +268,7 @@ def curves(run_dir: Path) -> dict[str, list]:
 
 def checks(result: dict) -> dict[str, dict]:
     """The issue's must-shows on this run: each ``{"holds": bool, "why": str}``."""
-    m, d, keys, sp = result["measures"], result["deltas"], result["keys"], result["speed"]
+    m, d, keys, sp = result["measures"], result["deltas"], result["keys"], result.get("speed")
     s_, tk, tf, t0 = (m[keys[k]] for k in ("student", "teacher_k", "teacher", "teacher_no_cfg"))
     a, b, c = s_["shapes_eval"], tf["shapes_eval"], tk["shapes_eval"]
     # a teacher that never varies a feature leaves nothing to collapse: ratio 1
@@ -235,122 +285,14 @@ def checks(result: dict) -> dict[str, dict]:
             + ", ".join(f"{k} {v:.2f}" for k, v in spread.items())
             + " (>= 0.8)",
         ),
-        "speed_vs_cfg": (
+    }
+    if sp is not None:
+        out["speed_vs_cfg"] = (
             sp["speedup_vs_cfg"] >= 0.8 * sp["nfe_ratio_vs_cfg"],
             f"{sp['speedup_vs_cfg']:.1f}x >= 0.8 x {sp['nfe_ratio_vs_cfg']:g}",
-        ),
-    }
+        )
     if tf["shapes_eval"] > t0["shapes_eval"]:
         gain = tf["shapes_eval"] - t0["shapes_eval"]
         got = d[next(n for n in d if n.endswith("no CFG") and n.startswith("S"))]["delta"]
         out["guidance_distilled"] = (got >= 0.5 * gain, f"S - T0 {got:+.3f} >= ½ {gain:.3f}")
     return {k: {"holds": bool(h), "why": why} for k, (h, why) in out.items()}
-
-
-HEADERS = ["model", "steps", "CFG", "ShapesEval", "all correct", "saturation",
-           "background noise", "spread: position", "size", "background"]  # fmt: skip
-
-
-def rows(result: dict) -> list[list[str]]:
-    """Rows of :data:`HEADERS`: the student at each step count, then the teacher."""
-    out = []
-    for m in result["measures"].values():
-        sp = m["spread"]
-        out.append([m["who"], str(m["steps"]), f"{m['cfg']:g}" if m["cfg"] else "none",
-                    f"{m['shapes_eval']:.3f}", f"{m['all_correct']:.3f}",
-                    f"{m['saturation']:.3f}", f"{m['bg_noise']:.2f}", f"{sp['position']:.3f}",
-                    f"{sp['size']:.3f}", f"{sp['background']:.3f}"])  # fmt: skip
-    return out
-
-
-def summary(result: dict) -> dict:
-    """summary.json's ``turbo``: the measures (sample paths left out), the paired
-    differences, the checks, the speed and the seconds."""
-    measures = {k: {f: v for f, v in m.items() if f != "samples"}
-                for k, m in result["measures"].items()}  # fmt: skip
-    return {"measures": measures, "deltas": result["deltas"], "checks": result["checks"],
-            "speed": result["speed"], "model": result["model"],
-            "seconds": result["seconds"]}  # fmt: skip
-
-
-def summary_lines(result: dict) -> list[str]:
-    """The console's closing lines: the student against its teacher, each check."""
-    m, keys = result["measures"], result["keys"]
-    s_, t = m[keys["student"]], m[keys["teacher"]]
-    lines = [
-        f"turbo: student {s_['steps']} steps without CFG {s_['shapes_eval']:.3f}, teacher "
-        f"{t['steps']} steps with CFG {t['cfg']:g} {t['shapes_eval']:.3f}; "
-        f"{result['speed']['speedup_vs_cfg']:.1f}x faster per image"
-    ]
-    for name, c in result["checks"].items():
-        lines.append(f"turbo: {name} {'holds' if c['holds'] else 'does NOT hold'}: {c['why']}")
-    return lines
-
-
-def report_section(result: dict, prompts: list[str], upscale) -> str:  # type: ignore[no-untyped-def]
-    """The turbo stage on report.html: the table, ShapesEval against steps (student without
-    CFG, teacher with and without), the paired differences and checks, the speed, the
-    fake-score and student curves, and the first seed's samples side by side."""
-    from krea2.pipeline import html
-
-    st, m, keys = result["settings"], result["measures"], result["keys"]
-    parts = [html.table(HEADERS, rows(result))]
-    series: dict[str, list[tuple[float, float]]] = {}
-    for v in m.values():
-        label = f"{v['who']}, " + (f"CFG {v['cfg']:g}" if v["cfg"] else "no CFG")
-        series.setdefault(label, []).append((float(v["steps"]), float(v["shapes_eval"])))
-    parts.append(
-        "<h3>ShapesEval against sampling steps</h3>"
-        + html.line_chart(
-            {k: sorted(v) for k, v in series.items()},
-            x_label="Euler steps",
-            y_label="ShapesEval",
-            log=False,
-        )
-    )
-    deltas = "".join(
-        f"<li>{html.escape(name)}: {d['delta']:+.3f} ± {d['se']:.3f}</li>"
-        for name, d in result["deltas"].items()
-    )
-    checks = "".join(
-        f"<li>{html.escape(name)}: {'holds' if c['holds'] else 'does not hold'} "
-        f"({html.escape(c['why'])})</li>"
-        for name, c in result["checks"].items()
-    )
-    sp, tdm = result["speed"], st["tdm"]
-    parts.append(
-        f'<p class="note">The student: {tdm["mode"]}, {tdm["student_steps"]} steps, '
-        f"{st['steps']} iterations of {st['prompts_per_step']} training-concept prompts at lr "
-        f"{st['lr']:g}, from raw with CFG at Ho's g = {tdm['teacher_guidance']:g} (krea2's "
-        f"scale {tdm['teacher_guidance'] - 1:g}). Measured on {st['prompts']} held-out "
-        f"prompts x {len(st['seeds'])} seeds; Δ ± the paired standard error over the prompts. "
-        f"Spread: the std over seeds of the largest detected object's position and size and "
-        f"of the background colour (a collapsed student draws one picture per prompt). "
-        f"Speed, per image on this machine: teacher {st['teacher_steps']} steps with CFG "
-        f"{sp['teacher_cfg_s_per_image'] * 1e3:.1f} ms, without "
-        f"{sp['teacher_no_cfg_s_per_image'] * 1e3:.1f} ms, student "
-        f"{sp['student_s_per_image'] * 1e3:.1f} ms ({sp['speedup_vs_cfg']:.1f}x and "
-        f"{sp['speedup_vs_no_cfg']:.1f}x for {sp['nfe_ratio_vs_cfg']:g}x and "
-        f"{sp['nfe_ratio_vs_no_cfg']:g}x fewer network evaluations).</p>"
-        f"<ul>{deltas}</ul><ul>{checks}</ul>"
-    )
-    c = result["curves"]
-    lines = {k: [(float(s), float(v)) for s, v in zip(c["step"], c[k], strict=True)
-                 if v is not None] for k in ("loss", "fake_loss", "teacher_fake_gap")}  # fmt: skip
-    if any(lines.values()):
-        parts.append(
-            "<h3>Student and fake-score losses</h3>"
-            + html.line_chart(
-                {k: v for k, v in lines.items() if v}, x_label="iteration", y_label="loss", log=True
-            )
-        )
-    shown = [keys["teacher"], keys["teacher_k"],
-             *(k for k, v in m.items() if v["who"] == "student")]  # fmt: skip
-    grid = []
-    for key in shown:
-        v = m[key]
-        label = f"{v['who']} {v['steps']} steps, " + (f"CFG {v['cfg']:g}" if v["cfg"] else "no CFG")
-        images = np.load(v["samples"])[:8, 0]
-        grid.append((label, [html.png_data_uri(upscale(im)) for im in images]))
-    parts.append("<h3>Held-out prompts, first seed</h3>" + html.image_table(prompts[:8], grid))
-    return "".join(parts)
