@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--demo", type=Path, required=True, help="a finished full demo's --out")
     ap.add_argument("--work", type=Path, help="default: DEMO/turbo-proof")
     ap.add_argument("--variant", action="append", help=f"NAME:key=value,... (default {VARIANTS})")
+    ap.add_argument("--print-only", action="store_true", help="print the table, write nothing")
     args = ap.parse_args()
     from krea2.curate.shapes import concept_scene, eval_prompt
     from krea2.infra.checkpoint_layout import scan_checkpoints
@@ -128,6 +129,8 @@ def main() -> None:
            "teacher_steps": ev.steps, "cfg": ev.cfg,
            "seconds": time.perf_counter() - start}  # fmt: skip
     print(markdown(res))
+    if args.print_only:
+        return
     write_results("turbo-proof", res, markdown(res))
     print("wrote benchmarks/results/turbo-proof.json and its docs/benchmarks.md section")
 
