@@ -139,6 +139,7 @@ def markdown(res: dict) -> str:
         )
     sft = res["measures"]["sft"]
     return (
+        "## Why PO lowered the stronger model (`benchmarks/po_ablation.py`)\n\n"
         f"STPO variants from the chain's SFT model (ShapesEval {sft['cfg']['shapes_eval']:.3f} "
         f"with CFG 3, {sft['no_cfg']['shapes_eval']:.3f} without), {res['prompts']} held-out "
         f"prompts × {len(res['seeds'])} seeds; Δ: paired difference to the SFT model ± its "

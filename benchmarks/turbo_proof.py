@@ -168,6 +168,7 @@ def markdown(res: dict) -> str:
         else ""
     )
     return (
+        "## Turbo: TDM from the demo's raw model (`benchmarks/turbo_proof.py`)\n\n"
         f"TDM students of the demo's raw model; teacher at {res['teacher_steps']} steps: "
         f"ShapesEval {t['shapes_eval']:.3f} with CFG {res['cfg']:g} (T), "
         f"{t0['shapes_eval']:.3f} without (T₀). {res['prompts']} held-out prompts × "

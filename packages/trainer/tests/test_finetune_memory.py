@@ -9,7 +9,7 @@ import pytest
 
 from krea2.dit.config import get_config
 from krea2.trainer.config import LoraConfig
-from krea2.trainer.finetune_memory import finetune_memory, lora_params, memory_table
+from krea2.trainer.finetune_projection import finetune_memory, lora_params, memory_table
 
 DOCS = Path(__file__).parents[3] / "docs" / "trainer.md"
 

@@ -49,6 +49,9 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.trainer.distributed import shutdown as shutdown
     from krea2.trainer.ema import WeightEma as WeightEma
     from krea2.trainer.expand_client import expand_prompts as expand_prompts
+    from krea2.trainer.finetune_projection import FinetuneMemory as FinetuneMemory
+    from krea2.trainer.finetune_projection import finetune_memory as finetune_memory
+    from krea2.trainer.finetune_projection import lora_params as lora_params
     from krea2.trainer.inference import conditioning_record as conditioning_record
     from krea2.trainer.inference import load_stage_module as load_stage_module
     from krea2.trainer.inference import sample_module as sample_module
@@ -86,6 +89,10 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
 __version__ = "0.1.0"
 
 _MODULE_OF = {
+    # memory projections (krea2 train memory)
+    "FinetuneMemory": "finetune_projection",
+    "finetune_memory": "finetune_projection",
+    "lora_params": "finetune_projection",
     # the job config (TOML + --set overrides) and its checks
     "JobConfig": "config",
     "ModelConfig": "config",

@@ -211,7 +211,7 @@ def memory(
     Example: krea2 train memory --model krea2-12b --side 1024 --gpus 1,8,64
     """
     from krea2.dit.config import get_config
-    from krea2.trainer.finetune_memory import memory_table
+    from krea2.trainer.finetune_projection import memory_table
 
     counts = tuple(int(g) for g in gpus.split(",") if g.strip())
     typer.echo(memory_table(get_config(model), counts, side, rank, batch))

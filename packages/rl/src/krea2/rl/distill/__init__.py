@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.rl.distill.loss import student_loss as student_loss
     from krea2.rl.distill.loss import teacher_terms as teacher_terms
     from krea2.rl.distill.loss import x0_from_velocity as x0_from_velocity
+    from krea2.rl.distill.memory import DistillMemory as DistillMemory
+    from krea2.rl.distill.memory import distill_memory as distill_memory
     from krea2.rl.distill.objective import TdmObjective as TdmObjective
     from krea2.rl.distill.stage import check_distill_stage as check_distill_stage
     from krea2.rl.distill.train import TURBO_STAGE as TURBO_STAGE
@@ -75,6 +77,9 @@ _HOMES: dict[str, str | None] = {
     "distill_job": "train",
     "train_distill": "train",
     "TURBO_STAGE": "train",
+    # memory projection (krea2 rl distill-memory)
+    "DistillMemory": "memory",
+    "distill_memory": "memory",
 }
 
 __all__ = sorted(_HOMES)
