@@ -17,6 +17,7 @@ import torch
 from krea2.dit.flow import TURBO_MU, TimeShift
 from krea2.dit.testing import write_tiny_model_folder
 from krea2.trainer import load_job, load_stage_module
+from krea2.trainer.testing import release_job_head
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pref_helpers import launch_module
@@ -34,25 +35,9 @@ def turbo(tmp_path_factory) -> Path:
     release = write_tiny_model_folder(root / "model")
     export_prompt_shards(prompts(8), root / "prompts", SIDE, 4)
     config = root / "job.toml"
-    config.write_text(f"""run_dir = "{root / "run"}"
-seed = 0
-[model]
-name = "tiny"
-autoencoder = "qwen-image:{release / "vae"}"
-init_device = "meta"
-[model.overrides]
-text_taps = 12
-latent_channels = 16
-[text]
-encoder = "qwen3-vl:{release / "text_encoder"}"
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = 0
+    config.write_text(
+        release_job_head(root / "run", release, every=0)
+        + f"""
 [[stages]]
 name = "turbo"
 objective = "tdm"
@@ -68,7 +53,8 @@ warmup_steps = 0
 [stages.settings]
 student_steps = {STEPS}
 teacher_guidance = 3.0
-""")
+"""
+    )
     out, _ = (proc := launch_module(1, "krea2.trainer", "--config", str(config))).communicate(
         timeout=600
     )

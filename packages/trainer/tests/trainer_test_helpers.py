@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from krea2.trainer.held_run import held_env, kill_when_held, newest_save_at
+from krea2.trainer.testing import release_job_head
 
 __all__ = ["held_env", "job_toml", "kill_when_held", "lora_job_toml", "newest_save_at", "ranks",
            "single", "torchrun"]  # fmt: skip
@@ -103,28 +104,9 @@ def lora_job_toml(
 ) -> str:
     """A LoRA stage on a tiny release-shaped model folder (``krea2.dit.testing``'s: Qwen3-VL
     taps, Qwen-Image VAE, 12-tap DiT of width 32), built on meta, batch 4, 1 thread."""
-    return f"""
-run_dir = "{run_dir}"
-seed = 0
-[model]
-name = "tiny"
-autoencoder = "qwen-image:{release / "vae"}"
-init_device = "meta"
-[model.overrides]
-text_taps = 12
-latent_channels = 16
-[text]
-encoder = "qwen3-vl:{release / "text_encoder"}"
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = 2
-keep_last = 10
-[stability]
+    return (
+        release_job_head(run_dir, release)
+        + f"""[stability]
 warmup_steps = 1000
 {extra}
 [[stages]]
@@ -140,3 +122,4 @@ alpha = 8
 [stages.schedule]
 warmup_steps = 1
 """
+    )

@@ -259,3 +259,36 @@ keep_last = {keep_last}
 [observe]
 log_every = 1
 """
+
+
+def release_job_head(
+    run_dir: str | Path, release: str | Path, seed: int = 0, every: int = 2, keep_last: int = 10
+) -> str:
+    """The TOML of a tiny deterministic job on a release-shaped model folder
+    (``krea2.dit.testing.write_tiny_model_folder``: Qwen3-VL text encoder of 12 taps, 16
+    tokens; Qwen-Image VAE; the ``tiny`` DiT built on meta), up to its stages: one thread,
+    deterministic kernels, no loader workers, checkpoints every ``every`` steps (0: at the
+    end). Callers append their other tables and ``[[stages]]``."""
+    release = Path(release)
+    return f"""
+run_dir = "{run_dir}"
+seed = {seed}
+[model]
+name = "tiny"
+autoencoder = "qwen-image:{release / "vae"}"
+init_device = "meta"
+[model.overrides]
+text_taps = 12
+latent_channels = 16
+[text]
+encoder = "qwen3-vl:{release / "text_encoder"}"
+max_tokens = 16
+[parallel]
+threads = 1
+deterministic = true
+[data]
+workers = 0
+[checkpoint]
+every = {every}
+keep_last = {keep_last}
+"""
