@@ -56,7 +56,38 @@ def results_table(summary: dict, when: str, machine: str) -> str:
         "| " + " | ".join("---" for _ in header) + " |",
         *("| " + " | ".join(r) + " |" for r in rows),
     ]
+    if "turbo" in summary:
+        lines += ["", *turbo_table(summary["turbo"], st["steps"])]
     return "\n".join(lines)
+
+
+def turbo_table(turbo: dict, teacher_steps: int) -> list[str]:
+    """Lines of Turbo's table: the student at its own steps without CFG against raw (the
+    teacher) at as many steps with CFG and at ``teacher_steps`` with and without, with the
+    paired differences."""
+    m, keys = turbo["measures"], turbo["keys"]
+    student = m[keys["student"]]
+    k = student["steps"]
+    rows = [[f"Turbo (TDM), {k} steps, no CFG", f"{student['shapes_eval']:.3f}",
+             f"{student['all_correct']:.3f}", ""]]  # fmt: skip
+    for key, label in (("teacher", f"S{k} - T{teacher_steps}"), ("teacher_k", f"S{k} - T{k}"),
+                       ("teacher_no_cfg", f"S{k} - T{teacher_steps} no CFG")):  # fmt: skip
+        v, d = m[keys[key]], turbo["deltas"][label]
+        cfg = f"CFG {v['cfg']:g}" if v["cfg"] else "no CFG"
+        rows.append([f"raw, {v['steps']} steps, {cfg}", f"{v['shapes_eval']:.3f}",
+                     f"{v['all_correct']:.3f}", f"{d['delta']:+.3f} ± {d['se']:.3f}"])  # fmt: skip
+    sp = turbo.get("speed") or {}
+    speed = (f" It samples {sp['speedup_vs_cfg']:.1f}x faster per image than raw with CFG at "
+             f"{teacher_steps} steps." if sp else "")  # fmt: skip
+    head = ["model", "ShapesEval", "all correct", "Turbo − this ± SE"]
+    return [
+        f"Turbo, distilled from raw by TDM (the demo's last stage), on the same prompts and "
+        f"seeds.{speed}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join("---" for _ in head) + " |",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def replace_section(text: str, section: str) -> str:

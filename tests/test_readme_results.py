@@ -52,3 +52,27 @@ def test_only_the_marked_section_changes_and_rewriting_is_stable():
 def test_the_readme_holds_one_generated_section():
     text = (ROOT / "README.md").read_text()
     assert text.count(readme_results.BEGIN) == 1 and text.count(readme_results.END) == 1
+
+
+def test_a_summary_with_turbo_adds_its_table_against_raw():
+    def m(who: str, steps: int, cfg: float, score: float) -> dict:
+        return {"who": who, "steps": steps, "cfg": cfg, "shapes_eval": score,
+                "all_correct": score / 2}  # fmt: skip
+
+    d = {"delta": 0.01, "se": 0.02}
+    turbo = {
+        "measures": {"student-4": m("student", 4, 0.0, 0.8),
+                     "teacher-4-cfg3": m("teacher", 4, 3.0, 0.6),
+                     "teacher-20-cfg3": m("teacher", 20, 3.0, 0.79),
+                     "teacher-20": m("teacher", 20, 0.0, 0.7)},
+        "keys": {"student": "student-4", "teacher_k": "teacher-4-cfg3",
+                 "teacher": "teacher-20-cfg3", "teacher_no_cfg": "teacher-20"},
+        "deltas": {"S4 - T20": d, "S4 - T4": d, "S4 - T20 no CFG": d},
+        "speed": {"speedup_vs_cfg": 9.5},
+    }  # fmt: skip
+    lines = readme_results.results_table(SUMMARY | {"turbo": turbo}, "d", "m").splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Turbo, distilled"))
+    assert "9.5x faster" in lines[start]
+    assert lines[start + 4] == "| Turbo (TDM), 4 steps, no CFG | 0.800 | 0.400 |  |"
+    assert lines[start + 5] == "| raw, 20 steps, CFG 3 | 0.790 | 0.395 | +0.010 ± 0.020 |"
+    assert lines[start + 7] == "| raw, 20 steps, no CFG | 0.700 | 0.350 | +0.010 ± 0.020 |"

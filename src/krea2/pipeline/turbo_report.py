@@ -27,8 +27,8 @@ def summary(result: dict) -> dict:
     differences, the checks, the speed and the seconds."""
     measures = {k: {f: v for f, v in m.items() if f != "samples"}
                 for k, m in result["measures"].items()}  # fmt: skip
-    return {"measures": measures, "deltas": result["deltas"], "checks": result["checks"],
-            "speed": result["speed"], "model": result["model"],
+    return {"measures": measures, "keys": result["keys"], "deltas": result["deltas"],
+            "checks": result["checks"], "speed": result["speed"], "model": result["model"],
             "seconds": result["seconds"]}  # fmt: skip
 
 
