@@ -90,7 +90,7 @@ def main() -> None:
     from krea2.pipeline.chain import load_model
     from krea2.pipeline.config import load_demo_config
     from krea2.pipeline.evaluation import demo_concepts
-    from krea2.pipeline.turbo_stage import measure, train_student
+    from krea2.pipeline.turbo_stage import measure, teacher_scale, train_student
 
     start = time.perf_counter()
     demo, cfg = args.demo.resolve(), load_demo_config(False, None, [])
@@ -99,8 +99,11 @@ def main() -> None:
     prompts, targets = [eval_prompt(c) for c in held], [concept_scene(c) for c in held]
     chain = json.loads((demo / "stages" / "chain.json").read_text())["result"]["models"]["raw"]
     teacher = load_model(chain["record"])
-    cached = {"cfg": chain["cfg"]["samples"], "no_cfg": chain["no_cfg"]["samples"]}
     ev = cfg.eval
+    scale = teacher_scale(cfg.turbo, ev.cfg)  # every variant is measured against this w
+    cached = {"no_cfg": chain["no_cfg"]["samples"]}
+    if scale == ev.cfg:
+        cached["cfg"] = chain["cfg"]["samples"]
     results: dict[str, Any] = {}
     budget = None
     for text in args.variant or VARIANTS:
@@ -117,7 +120,7 @@ def main() -> None:
             saved = [k for k in done if clock.get(k, 0) <= budget]
             at = max(saved) if saved else None
         r = measure(s, teacher, student, work / name, prompts, targets, list(ev.seeds),
-                    ev.steps, ev.cfg, cached, student_step=at, teacher_work=work / "teacher",
+                    ev.steps, scale, cached, student_step=at, teacher_work=work / "teacher",
                     speed=name == "tdm-seed0")  # fmt: skip
         if name == "tdm-seed0":
             budget = max(clock.values(), default=None)
@@ -126,7 +129,7 @@ def main() -> None:
                              "read_at_step": at, "seed": seed}  # fmt: skip
         print(f"{name}: {time.perf_counter() - start:.0f} s", flush=True)
     res = {"variants": results, "prompts": len(prompts), "seeds": list(ev.seeds),
-           "teacher_steps": ev.steps, "cfg": ev.cfg,
+           "teacher_steps": ev.steps, "cfg": scale,
            "seconds": time.perf_counter() - start}  # fmt: skip
     print(markdown(res))
     if args.print_only:

@@ -239,8 +239,10 @@ def test_turbo_is_raw_distilled_and_measured_against_raw_at_each_step_count(demo
     assert (Path(job.run_dir) / "checkpoints" / "turbo.done").exists()
     st = chain["settings"]
     m = turbo["measures"]
-    # the teacher at [eval]'s steps is the chain's raw, its samples reused, not redrawn
-    full = m[f"teacher-{st['steps']}-cfg{st['cfg']:g}"]
+    # the teacher at [eval]'s steps is the chain's raw, its samples reused where they were
+    # drawn alike (the quick recipe distils from [eval]'s CFG), not redrawn
+    full = m[turbo["keys"]["teacher"]]
+    assert (full["steps"], full["cfg"]) == (st["steps"], st["cfg"])
     assert full["shapes_eval"] == chain["raw"]["cfg"]["shapes_eval"]
     assert m[f"teacher-{st['steps']}"]["shapes_eval"] == chain["raw"]["no_cfg"]["shapes_eval"]
     students = sorted(v["steps"] for v in m.values() if v["who"] == "student")

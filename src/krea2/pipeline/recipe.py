@@ -351,11 +351,16 @@ def _chain(d: DemoRun) -> dict:
 
 
 def _turbo(d: DemoRun) -> dict:
-    """raw distilled into Turbo; its teacher's 20-step samples are the chain's."""
+    """raw distilled into Turbo, measured against raw with the guidance it was distilled
+    from; the teacher's 20-step samples are the chain's where they were drawn alike."""
     from krea2.curate.shapes import eval_prompt
     from krea2.pipeline import chain, rl_stage, turbo_stage
 
     raw, ev = d.results[chain.STAGE]["models"]["raw"], d.cfg.eval
+    scale = turbo_stage.teacher_scale(d.cfg.turbo, ev.cfg)
+    cached = {"no_cfg": raw["no_cfg"]["samples"]}
+    if scale == ev.cfg:
+        cached["cfg"] = raw["cfg"]["samples"]
     return turbo_stage.run_demo_stage(
         d.cfg.turbo,
         d.model(rl_stage.STAGE),
@@ -365,8 +370,8 @@ def _turbo(d: DemoRun) -> dict:
         d.targets,
         list(ev.seeds),
         ev.steps,
-        ev.cfg,
-        cached={"cfg": raw["cfg"]["samples"], "no_cfg": raw["no_cfg"]["samples"]},
+        scale,
+        cached,
     )
 
 

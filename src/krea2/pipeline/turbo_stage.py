@@ -31,6 +31,12 @@ STAGE = "turbo"
 WHAT = "distil raw by TDM into a few-step student without CFG: Turbo"
 
 
+def teacher_scale(s: TurboStageSettings, eval_cfg: float) -> float:
+    """The teacher's CFG scale (krea2's w) the stage compares with: the guidance the student
+    is distilled from (``tdm.teacher_guidance`` − 1), or ``eval_cfg`` when that is none."""
+    return s.tdm.krea_guidance or eval_cfg
+
+
 def run_demo_stage(
     s: TurboStageSettings,
     teacher: tuple[JobConfig, int],
