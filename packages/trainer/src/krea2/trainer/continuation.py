@@ -64,7 +64,9 @@ def continuation_job(
 
 def link_finished(source: JobConfig, index: int, run_dir: str | Path) -> None:
     """Mark ``source``'s stages up to ``index`` finished under ``run_dir`` and link stage
-    ``index``'s checkpoint directory there (never written: the stage is not run again).
+    ``index``'s checkpoint directory there, with those of the stages before it that the
+    source holds (a LoRA stage's adapters apply to the stage before it); never written:
+    the stages are not run again.
     UserError when that stage of ``source`` has not finished."""
     checkpoints = Path(source.run_dir) / "checkpoints"
     name = source.stages[index].name
@@ -77,9 +79,14 @@ def link_finished(source: JobConfig, index: int, run_dir: str | Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for stage in source.stages[: index + 1]:
         (target / f"{stage.name}.done").write_text(f"{stage.steps}\n")
-    link = target / name
-    if not link.exists():
-        os.symlink((checkpoints / name).resolve(), link, target_is_directory=True)
+    # Stage ``index`` and the stages before it whose checkpoints the source holds: a LoRA
+    # stage's checkpoint is adapters only, read on top of the stage before it (and so on).
+    for stage in source.stages[: index + 1]:
+        link, held = target / stage.name, checkpoints / stage.name
+        if link.is_dir() and not link.is_symlink() and not any(link.iterdir()):
+            link.rmdir()  # left empty by an attempt that stopped before linking it
+        if not link.exists() and (stage.name == name or held.is_dir()):
+            os.symlink(held.resolve(), link, target_is_directory=True)
 
 
 def adopt_weights(
