@@ -90,7 +90,7 @@ def main() -> None:
     from krea2.pipeline.chain import load_model
     from krea2.pipeline.config import load_demo_config
     from krea2.pipeline.evaluation import demo_concepts
-    from krea2.pipeline.turbo_stage import measure, teacher_scale, train_student
+    from krea2.pipeline.turbo_stage import free_prompts, measure, teacher_scale, train_student
 
     start = time.perf_counter()
     demo, cfg = args.demo.resolve(), load_demo_config(False, None, [])
@@ -121,7 +121,7 @@ def main() -> None:
             at = max(saved) if saved else None
         r = measure(s, teacher, student, work / name, prompts, targets, list(ev.seeds),
                     ev.steps, scale, cached, student_step=at, teacher_work=work / "teacher",
-                    speed=name == "tdm-seed0")  # fmt: skip
+                    speed=name == "tdm-seed0", free=free_prompts(held))  # fmt: skip
         if name == "tdm-seed0":
             budget = max(clock.values(), default=None)
         r.pop("per_image")

@@ -372,6 +372,7 @@ def _turbo(d: DemoRun) -> dict:
         ev.steps,
         scale,
         cached,
+        turbo_stage.free_prompts(d.held_out),
     )
 
 
