@@ -33,9 +33,11 @@ VARIANTS = [
     "tdm-seed2:seed=2",
     "dmd2:seed=0,mode=dmd2",
     "tdm-no-importance-weights:seed=0,importance_weights=false",
+    "tdm-2-steps:seed=0,student_steps=2",
     "tdm-1-step:seed=0,student_steps=1",
 ]
-CHECKS = ("quality", "beats_fewer_teacher_steps", "guidance_distilled", "no_collapse")
+CHECKS = ("quality", "beats_fewer_teacher_steps", "guidance_distilled", "no_collapse",
+          "no_drift")  # fmt: skip
 
 
 def parse_variant(text: str, base: Any) -> tuple[str, Any, int | None]:
@@ -146,7 +148,7 @@ def _d(r: dict, name: str) -> str:
 def markdown(res: dict) -> str:
     rows = []
     for name, r in res["variants"].items():
-        m, keys = r["measures"], r["keys"]
+        m, keys, div = r["measures"], r["keys"], r["diversity"]
         st = m[keys["student"]]
         held = [k for k in CHECKS if r["checks"].get(k, {}).get("holds")]
         at = f" (step {r['read_at_step']})" if r.get("read_at_step") is not None else ""
@@ -155,8 +157,8 @@ def markdown(res: dict) -> str:
             _d(r, f"S{st['steps']} - T{res['teacher_steps']}"),
             _d(r, f"S{st['steps']} - T{st['steps']}"),
             _d(r, f"S{st['steps']} - T{res['teacher_steps']} no CFG"),
-            ", ".join(f"{v['spread'][k] / max(m[keys['teacher']]['spread'][k], 1e-9):.2f}"
-                      for v in [st] for k in ("position", "size", "background")),
+            ", ".join(f"{div['student'][k] / max(div['teacher'][k], 1e-9):.2f}"
+                      for k in ("position", "size", "background")),
             f"{r['train_seconds']:.0f}", ", ".join(held) or "none",
         ])  # fmt: skip
     first = next(iter(res["variants"].values()))
@@ -176,8 +178,9 @@ def markdown(res: dict) -> str:
         f"ShapesEval {t['shapes_eval']:.3f} with CFG {res['cfg']:g} (T), "
         f"{t0['shapes_eval']:.3f} without (T₀). {res['prompts']} held-out prompts × "
         f"{len(res['seeds'])} seeds; Δ ± the paired standard error over the prompts; "
-        "spread: the student's spread of detections over seeds / the teacher's (position, "
-        "size, background); checks: the must-shows that hold."
+        "spread ×: on prompts naming only a colour and a shape, 16 seeds each, the spread of "
+        "what the verifier detects (position, size, background) over the teacher's; checks: "
+        "the must-shows that hold (docs/rl.md says each bound)."
         + speed
         + "\n\n"
         + table(
