@@ -6,7 +6,7 @@ Every variant distils the chain's raw model of a finished full demo (``--demo DI
 (``--variant NAME:key=value,...``, keys of ``[turbo]`` or ``[turbo.tdm]``; ``seed=N`` sets
 the run's draws). Each student is measured as the demo's turbo stage measures it
 (``krea2.pipeline.turbo_stage.measure``: held-out prompts x ``[eval]``'s seeds, the
-student at 1, 2, 4 and 8 steps without CFG, the teacher with and without CFG; paired
+student at 1, 2 and 4 steps without CFG, the teacher with and without CFG; paired
 differences over the prompts). DMD2 is read at equal wall clock: its checkpoint whose
 summed step time is the last not above TDM seed 0's (``checkpoint_every`` apart).
 

@@ -1,5 +1,5 @@
 """Demo stage ``turbo``: raw distilled by TDM into a few-step, CFG-free student (Turbo),
-measured against its teacher at 1, 2, 4 and 8 steps.
+measured against its teacher at 1, 2 and 4 steps (and the teacher at 20).
 
 The stage trains ``turbo`` after raw's stage in a run of its own
 (:func:`krea2.rl.distill.distill_job`: the objective ``tdm`` on prompt shards of the
