@@ -71,9 +71,11 @@ def train_student(
     train_prompts: list[str],
     seed: int | None = None,
     name: str = "tdm",
+    keep_last: int = 2,
 ) -> tuple[JobConfig, int]:
     """Train (or resume, or find finished) the student of ``s`` in run ``work/name``
-    (``seed``: the run's draws, None: the teacher job's); returns (its job, stage index)."""
+    (``seed``: the run's draws, None: the teacher job's; ``keep_last`` checkpoints kept);
+    returns (its job, stage index)."""
     from dataclasses import replace
 
     from krea2.infra.atomic import publish_dir
@@ -88,7 +90,7 @@ def train_student(
     pool = list(train_prompts[::stride])
     publish_dir(shards, lambda tmp: export_prompt_shards(pool, tmp, side, s.prompts_per_step))
     job = distill_job(job0, index, work / name, shards, s.tdm, s.steps, s.prompts_per_step,
-                      s.lr, s.checkpoint_every)  # fmt: skip
+                      s.lr, s.checkpoint_every, keep_last=keep_last)  # fmt: skip
     job = job if seed is None else replace(job, seed=seed)
     train_distill(job0, index, job)
     return job, len(job.stages) - 1

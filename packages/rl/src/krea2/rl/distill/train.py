@@ -32,14 +32,16 @@ def distill_job(
     lr: float,
     checkpoint_every: int = 50,
     name: str = TURBO_STAGE,
+    keep_last: int = 2,
 ) -> JobConfig:
     """``teacher``'s stages up to ``stage_index``, then stage ``name`` distilling it with
     ``settings`` (objective ``settings.mode``: ``tdm`` or ``dmd2``) on the prompt shards
     under ``shards``: ``steps`` iterations of ``prompts_per_step`` prompts at ``lr``
     (constant, no warmup), the whole student trained (no LoRA, no EMA, no iREPA), the spike
     guard off (distillation losses are not flow losses), checkpoints every
-    ``checkpoint_every`` steps (0: at the end). Link the teacher stage with
-    :func:`krea2.trainer.link_finished` before training (:func:`train_distill` does)."""
+    ``checkpoint_every`` steps (0: at the end), the newest ``keep_last`` kept. Link the
+    teacher stage with :func:`krea2.trainer.link_finished` before training
+    (:func:`train_distill` does)."""
     if not 0 <= stage_index < len(teacher.stages):
         raise UserError(
             f"stage_index={stage_index}: the teacher's job has {len(teacher.stages)} stages"
@@ -60,7 +62,8 @@ def distill_job(
         caption_dropout=0.0, schedule=ScheduleConfig(warmup_steps=0),
         ema_decay=0.0, irepa=IrepaConfig(), lora=LoraConfig(),
     )  # fmt: skip
-    return continuation_job(teacher, stage_index, stage, run_dir, checkpoint_every=checkpoint_every)
+    return continuation_job(teacher, stage_index, stage, run_dir,
+                            checkpoint_every=checkpoint_every, keep_last=keep_last)  # fmt: skip
 
 
 def train_distill(teacher: JobConfig, stage_index: int, job: JobConfig) -> Path:
