@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from krea2.curate import STAGE_NAMES, cli_embed
+import krea2.curate.cli_embed as cli_embed
 from krea2.curate.cli_help import CLUSTER_HELP, CONFIG_HELP, SET_HELP
+from krea2.curate.stages import STAGE_NAMES
 
 app = typer.Typer(
     help="Image curation on krablet: ingest, cheap filters, dedup, OCR, report, shard export."
@@ -307,7 +308,7 @@ def pool(
 
     Example: krea2 curate pool --out pool --clean 20 --per-defect 2
     """
-    from krea2.curate import shapes
+    import krea2.curate.shapes as shapes
 
     items = shapes.make_pool(seed, clean, per_defect, overrepresented, n_copies=copies)
     labels = shapes.write_pool(items, out)

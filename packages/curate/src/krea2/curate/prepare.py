@@ -135,10 +135,12 @@ def prepare_folder(
     and write shards for the trainer's ``stages.N.data`` into ``out`` (new, empty or an
     earlier export, replaced). Images without a caption are skipped and counted; every
     image left out is named in ``out/dropped.tsv``; UserError when nothing is left to write."""
-    from krea2.curate import Sample, curate_in_memory, export_shards, read_uri
+    from krea2.curate.export import Sample, export_shards
     from krea2.curate.export_folder import ExportFolder
+    from krea2.curate.in_memory import curate_in_memory
     from krea2.curate.sidecars import sidecar_captions
     from krea2.curate.sources import Skipped, list_source
+    from krea2.curate.storage import read_uri
 
     folder, out = Path(folder), Path(out)
     if not folder.is_dir():

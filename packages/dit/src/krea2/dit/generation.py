@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from krea2.dit import flow
+import krea2.dit.flow as flow
 from krea2.dit.autoencoder import Autoencoder
 from krea2.dit.model import Krea2DiT
 from krea2.dit.pixel_ae import to_uint8

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from krea2.infra import metrics as m
+import krea2.infra.metrics as m
 from krea2.infra.logging import get_logger
 
 log = get_logger("infra.stragglers")

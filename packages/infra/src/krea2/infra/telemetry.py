@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from krea2.infra import metrics as m
+import krea2.infra.metrics as m
 from krea2.infra.alerts import Alert, evaluate
 from krea2.infra.fabric import read_ib_ports
 from krea2.infra.gpu import THROTTLE_REASONS, NvmlReader

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from krea2.infra import metrics as m
+import krea2.infra.metrics as m
 from krea2.infra.logging import get_logger
 from krea2.infra.secrets import recorded_environment
 

@@ -86,10 +86,10 @@ def build_autoencoder(model: ModelConfig, device: torch.device) -> nn.Module:
 def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModule:
     """Seeded build (every layout starts from identical weights), then float8 -> TP -> AC ->
     compile -> FSDP (each unit, then the root)."""
+    import krea2.trainer.parallelize as par
     from krea2.dit.flops import param_count
     from krea2.dit.model import Krea2DiT
     from krea2.dit.parallel import fsdp_units
-    from krea2.trainer import parallelize as par
     from krea2.trainer.irepa import IrepaHead
     from krea2.trainer.text import build_text
 
