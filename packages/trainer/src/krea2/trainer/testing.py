@@ -248,15 +248,7 @@ text_dim = 32
 text_mlp_hidden = 64
 [text]
 max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = {every}
-keep_last = {keep_last}
-[observe]
+{_deterministic_tail(every, keep_last)}[observe]
 log_every = 1
 """
 
@@ -283,7 +275,13 @@ latent_channels = 16
 [text]
 encoder = "qwen3-vl:{release / "text_encoder"}"
 max_tokens = 16
-[parallel]
+{_deterministic_tail(every, keep_last)}"""
+
+
+def _deterministic_tail(every: int, keep_last: int) -> str:
+    """One thread, deterministic kernels, no loader workers, checkpoints every ``every``
+    steps keeping ``keep_last``: what every tiny test job shares."""
+    return f"""[parallel]
 threads = 1
 deterministic = true
 [data]
