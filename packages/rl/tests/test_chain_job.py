@@ -15,6 +15,7 @@ import pytest
 from krea2.infra.errors import UserError
 from krea2.rl.online import export_prompt_shards
 from krea2.trainer import load_job, read_metrics, validate_job, write_toy_shards
+from krea2.trainer.testing import tiny_job_head
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pref_helpers import held_env, kill_when_held, launch_module, newest_save_at, write_pairs
@@ -25,31 +26,9 @@ RL_STEPS = 3
 def chain_toml(root: Path, data: dict[str, Path], rl_extra: str = "") -> Path:
     """pretrain (flow) -> po (stpo) -> rl (grpo) on the toy DiT, checkpoints every step."""
     path = root / "chain.toml"
-    path.write_text(f"""
-run_dir = "{root / "run"}"
-seed = 0
-[model]
-name = "toy"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = 1
-keep_last = 10
-[observe]
-log_every = 1
-[[stages]]
+    path.write_text(
+        tiny_job_head(root / "run", every=1)
+        + f"""[[stages]]
 name = "pretrain"
 data = ["{data["images"]}/*.parquet"]
 init_from = "none"
@@ -90,7 +69,8 @@ kl_beta = 0.1
 rewards = {{ smooth = "smooth", rubric = "rubric" }}
 weights = {{ smooth = 1.0, rubric = 0.5 }}
 {rl_extra}
-""")
+"""
+    )
     return path
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from krea2.trainer import read_metrics, write_toy_shards
+from krea2.trainer.testing import tiny_job_head
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pref_helpers import held_env, kill_when_held, launch_module, newest_save_at
@@ -42,34 +43,16 @@ def pretrained(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pretrained")
     write_toy_shards(root / "shards", 16, (32, 32), files=1, batch_size=8)
     job = root / "job.toml"
-    job.write_text(f"""
-run_dir = "{root / "run"}"
-seed = 0
-[model]
-name = "toy"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = 0
-[[stages]]
+    job.write_text(
+        tiny_job_head(root / "run", every=0, keep_last=3)
+        + f"""[[stages]]
 name = "base"
 data = ["{root / "shards"}/*.parquet"]
 init_from = "none"
 steps = 1
 batch_size = 8
-""")
+"""
+    )
     out, _ = (proc := _launch(1, "krea2.trainer", "--config", str(job))).communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
     return root / "run"

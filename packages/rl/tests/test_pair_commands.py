@@ -26,27 +26,16 @@ from krea2.rl.preference import (
 )
 from krea2.trainer import read_metrics, write_toy_shards
 from krea2.trainer.cli import run_job
+from krea2.trainer.testing import tiny_job_head
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pref_helpers import COLORS, square, toy_pairs
 
-TINY_MODEL = """
-[model]
-name = "toy"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 12
-[parallel]
-threads = 1
-[data]
-workers = 0
-"""
+
+def tiny_job(run_dir: Path) -> str:
+    """The tiny toy job (12 text tokens, torch's default kernels) up to its stages, each
+    stage checkpointed at its end."""
+    return tiny_job_head(run_dir, every=0, keep_last=3, max_tokens=12, deterministic=False)
 
 
 def rl(*args: object) -> int:
@@ -182,19 +171,16 @@ def pretrained_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("run")
     write_toy_shards(root / "d32", 32, (32, 32), files=1)
     job = root / "job.toml"
-    job.write_text(f"""
-run_dir = "{root / "run"}"
-seed = 0
-{TINY_MODEL}
-[checkpoint]
-every = 0
-[[stages]]
+    job.write_text(
+        tiny_job(root / "run")
+        + f"""[[stages]]
 name = "p32"
 data = ["{root / "d32"}"]
 resolution = 32
 steps = 3
 batch_size = 8
-""")
+"""
+    )
     run_job(job, [], resume=False)
     return root / "run"
 
@@ -229,15 +215,9 @@ def test_make_pairs_export_and_train_preference_from_the_command_line(
     shards = tmp_path / "shards"
     assert rl("export-pairs", "--pairs", out / "pairs.json", "--out", shards) == 0
     job = tmp_path / "pref.toml"
-    job.write_text(f"""
-run_dir = "{tmp_path / "pref-run"}"
-seed = 0
-{TINY_MODEL}
-[checkpoint]
-every = 0
-[observe]
-log_every = 1
-[[stages]]
+    job.write_text(
+        tiny_job(tmp_path / "pref-run")
+        + f"""[[stages]]
 name = "preference"
 data = ["{shards}/*.parquet"]
 resolution = 32
@@ -249,7 +229,8 @@ init_from = "{pretrained_run / "checkpoints" / "p32"}"
 medium = 1.0
 [stages.schedule]
 warmup_steps = 0
-""")
+"""
+    )
     assert rl("train-preference", "--config", job, "--objective", "dpo") == 0
     rows = [
         r for r in read_metrics(tmp_path / "pref-run" / "metrics.jsonl") if r["kind"] == "train"

@@ -15,6 +15,7 @@ from krea2.infra.errors import UserError
 from krea2.rl.preference import PreferenceStageSettings, preference_stage
 from krea2.rl.rewards import RewardOutput, check_batch
 from krea2.trainer import Trainer, load_job, write_toy_shards
+from krea2.trainer.testing import tiny_job_head
 
 
 class Brightness:
@@ -43,28 +44,12 @@ def pretrained(tmp_path_factory):
     for side in (32, 64):
         write_toy_shards(root / f"d{side}", 32, (side, side), files=1)
     path = root / "job.toml"
-    path.write_text(f"""
-run_dir = "{root / "run"}"
-seed = 0
-[model]
-name = "toy"
-prediction = "split"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 12
-[parallel]
-threads = 1
-[data]
-workers = 0
-[checkpoint]
-every = 0
-[[stages]]
+    head = tiny_job_head(
+        root / "run", every=0, keep_last=3, prediction="split", max_tokens=12, deterministic=False
+    )
+    path.write_text(
+        head
+        + f"""[[stages]]
 name = "p32"
 data = ["{root / "d32"}"]
 resolution = 32
@@ -77,7 +62,8 @@ resolution = 64
 patch = 8
 steps = 2
 batch_size = 8
-""")
+"""
+    )
     job = load_job(path)
     Trainer(job).run()
     return job

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from krea2.trainer.held_run import held_env, kill_when_held, newest_save_at
-from krea2.trainer.testing import release_job_head
+from krea2.trainer.testing import release_job_head, tiny_job_head
 
 __all__ = ["held_env", "job_toml", "kill_when_held", "lora_job_toml", "newest_save_at", "ranks",
            "single", "torchrun"]  # fmt: skip
@@ -16,29 +16,9 @@ __all__ = ["held_env", "job_toml", "kill_when_held", "lora_job_toml", "newest_sa
 
 def job_toml(run_dir: Path, shards: dict[str, Path], steps: int = 10, extra: str = "") -> str:
     """A tiny deterministic job (toy DiT narrowed to 2 blocks, batch 8, 1 thread)."""
-    return f"""
-run_dir = "{run_dir}"
-seed = 0
-[model]
-name = "toy"
-[model.overrides]
-depth = 2
-width = 64
-mlp_hidden = 128
-time_dim = 64
-text_dim = 32
-text_mlp_hidden = 64
-[text]
-max_tokens = 16
-[parallel]
-threads = 1
-deterministic = true
-[data]
-workers = 0
-[checkpoint]
-every = 3
-keep_last = 10
-[stability]
+    return (
+        tiny_job_head(run_dir, log_every=None)
+        + f"""[stability]
 warmup_steps = 1000
 {extra}
 [[stages]]
@@ -50,6 +30,7 @@ batch_size = 8
 [stages.schedule]
 warmup_steps = 2
 """
+    )
 
 
 def torchrun(nproc: int, config: Path, *args: str, timeout: float = 300) -> subprocess.Popen:

@@ -229,17 +229,32 @@ def write_real_photo_folder(out: str | Path) -> Path:
     return out
 
 
-def tiny_job_head(run_dir: str | Path, seed: int = 0, every: int = 3, keep_last: int = 10) -> str:
+def tiny_job_head(
+    run_dir: str | Path,
+    seed: int = 0,
+    every: int = 3,
+    keep_last: int = 10,
+    *,
+    prediction: str | None = None,
+    max_tokens: int = 16,
+    deterministic: bool = True,
+    log_every: int | None = 1,
+) -> str:
     """The TOML of a tiny deterministic job up to its stages (tests of objectives on the
     trainer's loop): the toy DiT at 2 blocks of width 64, 16 text tokens, one thread,
     deterministic kernels, no loader workers, checkpoints every ``every`` steps, a log row
-    per step. Callers append their ``[stability]`` and ``[[stages]]`` tables."""
+    per step. Callers append their ``[stability]`` and ``[[stages]]`` tables. Keywords for
+    the tests that need other settings: ``prediction`` (the model's; None: its default),
+    ``max_tokens``, ``deterministic`` (False: torch's default kernels) and ``log_every``
+    (None: no ``[observe]`` table, for callers that write their own)."""
+    model = "" if prediction is None else f'prediction = "{prediction}"\n'
+    observe = "" if log_every is None else f"[observe]\nlog_every = {log_every}\n"
     return f"""
 run_dir = "{run_dir}"
 seed = {seed}
 [model]
 name = "toy"
-[model.overrides]
+{model}[model.overrides]
 depth = 2
 width = 64
 mlp_hidden = 128
@@ -247,10 +262,8 @@ time_dim = 64
 text_dim = 32
 text_mlp_hidden = 64
 [text]
-max_tokens = 16
-{_deterministic_tail(every, keep_last)}[observe]
-log_every = 1
-"""
+max_tokens = {max_tokens}
+{_run_tail(every, keep_last, deterministic)}{observe}"""
 
 
 def release_job_head(
@@ -275,15 +288,16 @@ latent_channels = 16
 [text]
 encoder = "qwen3-vl:{release / "text_encoder"}"
 max_tokens = 16
-{_deterministic_tail(every, keep_last)}"""
+{_run_tail(every, keep_last)}"""
 
 
-def _deterministic_tail(every: int, keep_last: int) -> str:
-    """One thread, deterministic kernels, no loader workers, checkpoints every ``every``
-    steps keeping ``keep_last``: what every tiny test job shares."""
+def _run_tail(every: int, keep_last: int, deterministic: bool = True) -> str:
+    """One thread, deterministic kernels (unless not ``deterministic``), no loader workers,
+    checkpoints every ``every`` steps keeping ``keep_last``: what every tiny test job
+    shares."""
     return f"""[parallel]
 threads = 1
-deterministic = true
+deterministic = {str(deterministic).lower()}
 [data]
 workers = 0
 [checkpoint]

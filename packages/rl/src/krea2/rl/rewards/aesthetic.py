@@ -6,40 +6,29 @@ Pairs come as (winner images, loser images), e.g. the pairs table of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from krea2.rl.rewards.contract import RewardOutput, as_uint8_images, check_batch, empty_output
+from krea2.rl.rewards.contract import RewardOutput, as_uint8_images
 from krea2.rl.rewards.features import FEATURE_NAMES, image_features
-from krea2.rl.rewards.head import MlpHead, fit_bradley_terry
+from krea2.rl.rewards.head import HeadReward, MlpHead, fit_bradley_terry
 
 
-class AestheticReward:
+class AestheticReward(HeadReward):
     """Score = the head's logit ``f(image)`` (unbounded; differences are log-odds of
     preference); sub-score ``p_over_median``: ``σ(f − median f of the training images)``,
     in [0, 1]. Prompts are checked but not used."""
 
     name = "aesthetic"
+    sub_scores = ("p_over_median",)
 
     def __init__(self, head: MlpHead) -> None:
-        self.head = head
+        super().__init__(head)
         self._center = float(head.meta.get("median_logit", 0.0))
 
-    @classmethod
-    def load(cls, path: str | Path) -> AestheticReward:
-        return cls(MlpHead.load(path))
-
-    def save(self, path: str | Path) -> Path:
-        return self.head.save(path)
-
-    def __call__(self, images: Any, prompts: Sequence[str]) -> RewardOutput:
-        pixels, prompts = check_batch(images, prompts)
-        if not prompts:
-            return empty_output(("p_over_median",))
-        logits = self.head.logits(image_features(pixels))
+    def from_logits(self, logits: np.ndarray) -> RewardOutput:
         return RewardOutput(logits, {"p_over_median": 1.0 / (1.0 + np.exp(self._center - logits))})
 
 
@@ -73,7 +62,4 @@ def train_aesthetic_reward(
         meta={"kind": "aesthetic", "features": list(FEATURE_NAMES), "pairs": len(w)},
     )
     head.meta["median_logit"] = float(np.median(head.logits(np.concatenate([fw, fl]))))
-    reward = AestheticReward(head)
-    if path is not None:
-        reward.save(path)
-    return reward
+    return AestheticReward.fitted(head, path)

@@ -22,9 +22,9 @@ import cv2
 import numpy as np
 
 from krea2.curate import shapes
-from krea2.rl.rewards.contract import RewardOutput, check_batch, empty_output
+from krea2.rl.rewards.contract import RewardOutput
 from krea2.rl.rewards.features import FEATURE_NAMES, image_features
-from krea2.rl.rewards.head import MlpHead, fit_classifier
+from krea2.rl.rewards.head import HeadReward, fit_classifier
 
 ARTIFACT_DEFECTS: tuple[str, ...] = ("noise", "blur", "broken_shape", "border")
 
@@ -121,28 +121,16 @@ def _features(images: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate([image_features(img[None]) for img in images])
 
 
-class ArtifactReward:
+class ArtifactReward(HeadReward):
     """Score = 1 − P(defect) in [0, 1] from an :class:`MlpHead` over
     :func:`~krea2.rl.rewards.features.image_features`; sub-score ``p_defect``. Prompts are
     checked but not used."""
 
     name = "artifact"
+    sub_scores = ("p_defect",)
 
-    def __init__(self, head: MlpHead) -> None:
-        self.head = head
-
-    @classmethod
-    def load(cls, path: str | Path) -> ArtifactReward:
-        return cls(MlpHead.load(path))
-
-    def save(self, path: str | Path) -> Path:
-        return self.head.save(path)
-
-    def __call__(self, images: Any, prompts: Sequence[str]) -> RewardOutput:
-        pixels, prompts = check_batch(images, prompts)
-        if not prompts:
-            return empty_output(("p_defect",))
-        p = 1.0 / (1.0 + np.exp(-self.head.logits(image_features(pixels))))
+    def from_logits(self, logits: np.ndarray) -> RewardOutput:
+        p = 1.0 / (1.0 + np.exp(-logits))
         return RewardOutput(1.0 - p, {"p_defect": p})
 
 
@@ -209,10 +197,7 @@ def calibrate_artifact_reward(
     meta = {"kind": "artifact", "features": list(FEATURE_NAMES), "n": n, "seed": seed,
             "calibrated_on": len(model)}  # fmt: skip
     head = fit_classifier(x, y, epochs=epochs, seed=seed, meta=meta)
-    reward = ArtifactReward(head)
-    if path is not None:
-        reward.save(path)
-    return reward
+    return ArtifactReward.fitted(head, path)
 
 
 def train_artifact_reward(
@@ -228,7 +213,4 @@ def train_artifact_reward(
         seed=seed,
         meta={"kind": "artifact", "features": list(FEATURE_NAMES), "n": n, "seed": seed},
     )
-    reward = ArtifactReward(head)
-    if path is not None:
-        reward.save(path)
-    return reward
+    return ArtifactReward.fitted(head, path)

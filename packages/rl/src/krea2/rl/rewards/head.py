@@ -1,12 +1,17 @@
-"""A small MLP head over image features: fitted with torch, run with numpy, saved as .npz."""
+"""A small MLP head over image features: fitted with torch, run with numpy, saved as .npz;
+and the reward kinds scored by one (:class:`HeadReward`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
+
+from krea2.rl.rewards.contract import RewardOutput, check_batch, empty_output
+from krea2.rl.rewards.features import image_features
 
 
 class MlpHead:
@@ -80,9 +85,9 @@ def _standardizer(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x.mean(axis=0), np.maximum(x.std(axis=0), 1e-6)
 
 
-def fit_classifier(
-    x: np.ndarray,
-    y: np.ndarray,
+def fit_head(
+    inputs: Sequence[np.ndarray],
+    loss: Callable[..., Any],
     *,
     hidden: int = 32,
     epochs: int = 300,
@@ -91,48 +96,81 @@ def fit_classifier(
     seed: int = 0,
     meta: dict[str, Any] | None = None,
 ) -> MlpHead:
+    """Fit a head of one ``hidden`` layer (seeded with ``seed``) by full-batch Adam: the
+    arrays of ``inputs`` (each ``[N_i, D]``) are standardized together, and
+    ``loss(*outputs)`` (the net's ``[N_i, 1]`` output on each, in order; a scalar tensor)
+    is minimized for ``epochs`` steps. ``meta`` and the last loss are saved with the head."""
+    import torch
+
+    xs = [np.asarray(x, np.float32) for x in inputs]
+    mean, std = _standardizer(np.concatenate(xs))
+    net = _torch_mlp(xs[0].shape[1], hidden, seed)
+    ts = [torch.from_numpy((x - mean) / std) for x in xs]
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
+    for _ in range(epochs):
+        opt.zero_grad()
+        value = loss(*(net(t) for t in ts))
+        value.backward()
+        opt.step()
+    return _to_head(net, mean, std, {**(meta or {}), "loss": float(value.detach())})
+
+
+def fit_classifier(x: np.ndarray, y: np.ndarray, **options: Any) -> MlpHead:
     """Fit a binary classifier head on ``x`` ``[N, D]`` and labels ``y`` ``[N]`` in {0, 1}
-    (full-batch Adam on the logistic loss); ``logits`` then estimate log-odds of 1."""
+    (the logistic loss; ``options``: :func:`fit_head`'s); ``logits`` then estimate
+    log-odds of 1."""
     import torch
 
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
-    mean, std = _standardizer(x)
-    net = _torch_mlp(x.shape[1], hidden, seed)
-    xt, yt = torch.from_numpy((x - mean) / std), torch.from_numpy(y)
-    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
-    for _ in range(epochs):
-        opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(net(xt)[:, 0], yt)
-        loss.backward()
-        opt.step()
-    return _to_head(net, mean, std, {**(meta or {}), "loss": float(loss.detach())})
+    target = torch.from_numpy(np.asarray(y, np.float32))
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    return fit_head([x], lambda out: bce(out[:, 0], target), **options)
 
 
-def fit_bradley_terry(
-    x_winners: np.ndarray,
-    x_losers: np.ndarray,
-    *,
-    hidden: int = 32,
-    epochs: int = 300,
-    lr: float = 1e-2,
-    weight_decay: float = 1e-4,
-    seed: int = 0,
-    meta: dict[str, Any] | None = None,
-) -> MlpHead:
+def fit_bradley_terry(x_winners: np.ndarray, x_losers: np.ndarray, **options: Any) -> MlpHead:
     """Fit a scalar head ``f`` on pairs (``x_winners[i]`` preferred over ``x_losers[i]``,
-    each ``[N, D]``) with the Bradley-Terry loss ``-log σ(f(w) - f(l))``."""
+    each ``[N, D]``) with the Bradley-Terry loss ``-log σ(f(w) - f(l))`` (``options``:
+    :func:`fit_head`'s)."""
     import torch
 
-    xw, xl = np.asarray(x_winners, np.float32), np.asarray(x_losers, np.float32)
-    if xw.shape != xl.shape:
-        raise ValueError(f"winners {xw.shape} and losers {xl.shape} must pair up one to one")
-    mean, std = _standardizer(np.concatenate([xw, xl]))
-    net = _torch_mlp(xw.shape[1], hidden, seed)
-    tw, tl = torch.from_numpy((xw - mean) / std), torch.from_numpy((xl - mean) / std)
-    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
-    for _ in range(epochs):
-        opt.zero_grad()
-        loss = torch.nn.functional.softplus(-(net(tw) - net(tl))).mean()
-        loss.backward()
-        opt.step()
-    return _to_head(net, mean, std, {**(meta or {}), "loss": float(loss.detach())})
+    shapes = np.shape(x_winners), np.shape(x_losers)
+    if shapes[0] != shapes[1]:
+        raise ValueError(f"winners {shapes[0]} and losers {shapes[1]} must pair up one to one")
+    softplus = torch.nn.functional.softplus
+    return fit_head([x_winners, x_losers], lambda w, l_: softplus(-(w - l_)).mean(), **options)
+
+
+class HeadReward:
+    """A reward scored by an :class:`MlpHead` over
+    :func:`~krea2.rl.rewards.features.image_features` (prompts are checked but not used):
+    a subclass sets ``name`` and its ``sub_scores`` and turns the head's logits ``[B]`` into
+    its output in :meth:`from_logits`."""
+
+    name: str
+    sub_scores: tuple[str, ...] = ()
+
+    def __init__(self, head: MlpHead) -> None:
+        self.head = head
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        return cls(MlpHead.load(path))
+
+    @classmethod
+    def fitted(cls, head: MlpHead, path: str | Path | None = None) -> Self:
+        """The reward of a newly fitted ``head``, saved to ``path`` when given."""
+        reward = cls(head)
+        if path is not None:
+            reward.save(path)
+        return reward
+
+    def save(self, path: str | Path) -> Path:
+        return self.head.save(path)
+
+    def __call__(self, images: Any, prompts: Sequence[str]) -> RewardOutput:
+        pixels, prompts = check_batch(images, prompts)
+        if not prompts:
+            return empty_output(self.sub_scores)
+        return self.from_logits(self.head.logits(image_features(pixels)))
+
+    def from_logits(self, logits: np.ndarray) -> RewardOutput:
+        raise NotImplementedError
