@@ -11,39 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from krea2.dit.checkpointing import set_activation_checkpointing
 from krea2.dit.config import get_config
 from krea2.dit.flops import cost, param_count
 from krea2.dit.model import Krea2DiT
 from krea2.dit.parallel import check_tp_degree, fsdp_units, tp_partial_params, tp_plan
+from krea2.dit.testing import count_flops as counted
 from krea2.dit.testing import make_inputs, randomize
 from krea2.infra.errors import UserError
-
-
-def _attn_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
-    b, h, sq, d = q
-    return 4 * b * h * sq * k[2] * d
-
-
-def _attn_bwd_flops(*args, **kwargs) -> int:
-    q, k = args[1], args[2]  # args[0] is grad_out
-    b, h, sq, d = q
-    return 8 * b * h * sq * k[2] * d
-
-
-# FlopCounterMode does not know the CPU flash kernel; count it like any SDPA.
-CPU_SDPA = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attn_flops,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _attn_bwd_flops,
-}
-
-
-def counted(fn) -> int:
-    with FlopCounterMode(display=False, custom_mapping=CPU_SDPA) as fc:
-        fn()
-    return fc.get_total_flops()
 
 
 @pytest.mark.parametrize(

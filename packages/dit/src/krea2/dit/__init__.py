@@ -59,6 +59,14 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.sampler import seeded_noise as seeded_noise
     from krea2.dit.sampler import with_cfg as with_cfg
     from krea2.dit.sampler import with_negative as with_negative
+    from krea2.dit.style_module import StyleConfig as StyleConfig
+    from krea2.dit.style_module import StyleModule as StyleModule
+    from krea2.dit.style_module import StyleTokens as StyleTokens
+    from krea2.dit.style_module import load_style_module as load_style_module
+    from krea2.dit.style_module import save_style_module as save_style_module
+    from krea2.dit.style_module import style_module_params as style_module_params
+    from krea2.dit.style_refs import parse_style_ref as parse_style_ref
+    from krea2.dit.style_refs import style_reference_latents as style_reference_latents
     from krea2.dit.text import EmbeddingCache as EmbeddingCache
     from krea2.dit.text import TextEncoder as TextEncoder
     from krea2.dit.tokenizer import build_tokenizer as build_tokenizer
@@ -121,6 +129,15 @@ _MODULE_OF = {
     "read_model_folder": "release",
     "SamplePlan": "sample_plan",
     "plan_sample": "sample_plan",
+    # style references (docs/architecture.md, contract 9)
+    "StyleConfig": "style_module",
+    "StyleTokens": "style_module",
+    "StyleModule": "style_module",
+    "save_style_module": "style_module",
+    "load_style_module": "style_module",
+    "style_module_params": "style_module",
+    "parse_style_ref": "style_refs",
+    "style_reference_latents": "style_refs",
     # packing latents into tokens
     "patchify": "patches",
     "unpatchify": "patches",

@@ -48,7 +48,8 @@ class Attention(nn.Module):
     ) -> Tensor:
         """x [B, L, D] -> [B, L - q_start, D]: every token is a key, queries are x[:, q_start:].
 
-        rope (cos, sin) [B|1, L, R/2]; mask bool [B, 1, 1, L] (True = key valid).
+        rope (cos, sin) [B|1, L, R/2]; mask [B, 1, 1, L]: bool (True = key valid) or additive
+        float in x's dtype (added to the logits; -inf = key masked).
         """
         hd = self.head_dim
         xq = x[:, q_start:] if q_start else x
@@ -70,11 +71,17 @@ class Attention(nn.Module):
 def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """SDPA where query head j uses KV head j // (H / KV). q [B, H, L, hd], k/v [B, KV, L, hd].
 
+    mask [B, 1, 1, L]: bool (True = key valid) or additive float in q's dtype.
+
     On CUDA with a mask, KV heads are repeated: the fused kernels that take a mask do not all
     take `enable_gqa`, and the math fallback would materialise [B, H, L, L]. Elsewhere
     (CPU, or no mask) `enable_gqa` avoids the copy.
     """
     groups = q.shape[1] // k.shape[1]
+    if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+        # An additive mask built in the model's dtype meets bf16 queries under autocast;
+        # SDPA takes a float mask only in the query's dtype.
+        mask = mask.to(q.dtype)
     if groups > 1 and mask is not None and q.is_cuda:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
@@ -82,6 +89,8 @@ def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     if q.device.type == "cpu" and q.dtype == torch.bfloat16:
         # PyTorch's CPU flash kernel is ~3x slower in bf16 than in fp32 (backward above
         # all, measured on avx512_bf16), so bf16 autocast on CPU keeps attention in fp32.
+        if mask is not None and mask.is_floating_point():
+            mask = mask.float()
         with torch.autocast("cpu", enabled=False):
             out = F.scaled_dot_product_attention(
                 q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=groups > 1

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:  # types only: the CLI imports torch lazily, in the commands that need it
+    import torch
+    from PIL import Image
+
+    from krea2.dit.autoencoder import Autoencoder
+    from krea2.dit.config import DiTConfig
+    from krea2.dit.sample_plan import SamplePlan
+    from krea2.dit.style_module import StyleTokens
 
 app = typer.Typer(
     help="The Krea 2 DiT: sampling, checkpoint conversion, FLOP counts.\n\n"
@@ -85,6 +95,16 @@ def sample(
     batch_size: int = typer.Option(4, help="Prompts per forward pass."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
     dtype: str = typer.Option("auto", help="auto (bf16 on GPU, fp32 on CPU), fp32, bf16."),
+    style_ref: list[str] = typer.Option(
+        None,
+        help="Style reference IMG[:STRENGTH] (strength >= 0, default 1; 0 = off); repeat for "
+        "several (at most the module's slots). Needs a style module.",
+    ),
+    style_module: Path = typer.Option(
+        None,
+        help="Style-reference module (.safetensors) made for this DiT (default: --model's "
+        "style.safetensors).",
+    ),
 ) -> None:
     """Generate images from prompts and write PNGs.
 
@@ -94,8 +114,13 @@ def sample(
     with `krea2 train sample`). A model folder marked distilled (Turbo) samples in 8 steps
     without CFG at mu 1.15 unless flags say otherwise.
 
+    With --style-ref the images follow the references' style: each is resized to --size,
+    encoded by the autoencoder and turned into a few tokens by the style module; under CFG
+    both halves see them, so guidance amplifies the prompt, not the reference.
+
     Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
     --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
+    (add --style-ref ref.png:0.7 --style-module style.safetensors for a style reference)
     """
     from krea2.dit.components import load_autoencoder, load_text_encoder
     from krea2.dit.generation import generate, parse_size, save_pngs
@@ -106,21 +131,78 @@ def sample(
     plan = plan_sample(
         model=model, weights=weights, text_encoder=text_encoder, autoencoder=ae,
         text_tokens=text_tokens, prediction=prediction, mu=mu, turbo=turbo, steps=steps,
-        cfg=cfg,
+        cfg=cfg, style_module=style_module,
     )  # fmt: skip
+    refs = _check_style_refs(style_ref or [], plan)  # before any weights load
     dev = _device(device)
     dt = _dtype(dtype, dev)
     typer.echo(f"sampling {len(prompt)} image(s) with {plan.describe()}", err=True)
     net = from_pretrained(plan.weights, dtype=dt, device=dev)
     enc = load_text_encoder(plan.text_encoder, net.cfg, plan.text_tokens, dt, dev)
     autoenc = load_autoencoder(plan.autoencoder, dt, dev)
+    style = None
+    if refs and plan.style_module is not None:  # _check_style_refs made sure there is one
+        style = _style_tokens(refs, plan.style_module, net.cfg, autoenc, (w, h), dev, dt)
     images = generate(
         net, enc, autoenc, prompt, w, h, steps=plan.steps, cfg=plan.cfg, seed=seed,
         mu=plan.time_shift, negative=negative, prediction=plan.prediction,
-        x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True,
+        x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True, style=style,
     )  # fmt: skip
     for p in save_pngs(images, out, [seed + i for i in range(len(prompt))]):
         typer.echo(str(p))
+
+
+def _check_style_refs(specs: list[str], plan: SamplePlan) -> list[tuple[Image.Image, float]]:
+    """(image, strength) per --style-ref, every image decoded, the module's file, config
+    and DiT checked, all before the DiT loads; UserError (one line) for each mistake."""
+    from krea2.dit.release import read_dit_config
+    from krea2.dit.style_module import read_style_config
+    from krea2.dit.style_refs import open_style_image, parse_style_ref
+    from krea2.infra.errors import UserError
+
+    if not specs:
+        if plan.style_module is not None:
+            typer.echo(f"no --style-ref: not using the style module {plan.style_module}", err=True)
+        return []
+    parsed = [parse_style_ref(s) for s in specs]
+    if plan.style_module is None:
+        raise UserError(
+            "--style-ref needs a style module made for this DiT: pass --style-module "
+            "FILE.safetensors (or put style.safetensors in the --model folder)"
+        )
+    cfg = read_style_config(plan.style_module)
+    cfg.check_matches(read_dit_config(plan.weights), f"style module {plan.style_module}")
+    if len(parsed) > cfg.max_refs:
+        raise UserError(
+            f"{len(parsed)} --style-ref given, but the style module {plan.style_module} has "
+            f"{cfg.max_refs} slots; give at most {cfg.max_refs}"
+        )
+    refs = [(open_style_image(path), s) for path, s in parsed]
+    said = ", ".join(f"{path}:{s:g}" for path, s in parsed)
+    typer.echo(f"style references {said} through {plan.style_module}", err=True)
+    return refs
+
+
+def _style_tokens(
+    refs: list[tuple[Image.Image, float]],
+    module_path: Path,
+    dit_cfg: DiTConfig,
+    autoenc: Autoencoder,
+    size: tuple[int, int],
+    device: str,
+    dtype: torch.dtype,
+) -> StyleTokens | None:
+    """The one-image StyleTokens of `refs` (None when every strength is 0)."""
+    import torch
+
+    from krea2.dit.style_module import load_style_module
+    from krea2.dit.style_refs import style_reference_latents
+
+    module = load_style_module(module_path, dit_cfg, device=device, dtype=dtype)
+    latents = style_reference_latents([img for img, _ in refs], autoenc, size)
+    strengths = torch.tensor([[s for _, s in refs]], device=device)
+    with torch.no_grad():
+        return module(latents.to(device, dtype), strengths)
 
 
 @app.command()

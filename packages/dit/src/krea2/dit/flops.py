@@ -83,6 +83,15 @@ def _main_blocks_flops(cfg: DiTConfig, text_tokens: int, image_tokens: int) -> i
     return (cfg.depth - 1) * full + _block_flops(seq, queries=seq - text_tokens, **kw)
 
 
+def extra_token_flops(
+    cfg: DiTConfig, extra_tokens: int, image_tokens: int, text_tokens: int = 512, batch: int = 1
+) -> int:
+    """FLOPs one forward's single-stream blocks add for `extra_tokens` more non-image tokens
+    (style tokens: keys in every block, queries in all but the last, like text)."""
+    more = _main_blocks_flops(cfg, text_tokens + extra_tokens, image_tokens)
+    return batch * (more - _main_blocks_flops(cfg, text_tokens, image_tokens))
+
+
 def forward_flops(cfg: DiTConfig, batch: int, image_tokens: int, text_tokens: int = 512) -> int:
     """FLOPs of one forward for `batch` samples of `image_tokens` + `text_tokens` tokens."""
     d, td, t, n = cfg.width, cfg.text_dim, text_tokens, image_tokens

@@ -21,6 +21,7 @@ from krea2.dit.sampler import (
     with_cfg,
     with_negative,
 )
+from krea2.dit.style_module import StyleTokens
 from krea2.dit.text import TextEncoder
 from krea2.infra.errors import UserError
 
@@ -57,6 +58,7 @@ def generate(
     x0_min_t: float = 0.05,
     batch_size: int | None = None,
     progress: bool = False,
+    style: StyleTokens | None = None,
 ) -> Tensor:
     """Images [B, 3, H, W] in [-1, 1] on the CPU; image i uses seed + i.
 
@@ -65,6 +67,12 @@ def generate(
     floor `x0_min_t`). `batch_size`: prompts per forward (None: all at once); an image does
     not depend on its batch. `progress`: report denoising steps x batches through
     `krea2.infra.progress` (a bar on a terminal, plain lines otherwise); silent by default.
+
+    `style`: the StyleTokens of ONE image ([1, S, D] and bias [1, S], from a StyleModule on
+    `style_reference_latents`), broadcast to every image. Under CFG they condition both
+    halves, the prompt and the negative, so guidance amplifies the prompt, not the
+    reference (the reference's weight is its strength alone). None: no reference, the exact
+    path without style.
     """
     from krea2.infra.progress import progress as progress_bar
 
@@ -81,6 +89,11 @@ def generate(
         )
     if prediction not in PREDICTIONS:
         raise UserError(f"prediction {prediction!r}: choose one of {', '.join(PREDICTIONS)}")
+    if style is not None and (style.tokens.ndim != 3 or style.tokens.shape[0] != 1):
+        raise UserError(
+            f"generate takes the style tokens of one image ([1, S, D]), got "
+            f"{tuple(style.tokens.shape)}; they are broadcast to every prompt"
+        )
     tokens = (height // factor) * (width // factor)
     shift = mu if isinstance(mu, flow.TimeShift) else flow.TimeShift(fixed=mu)
     times = flow.sampling_times(steps, shift.mu(tokens))
@@ -96,7 +109,7 @@ def generate(
         for start in starts:
             batch = prompts[start : start + size]
             seeds = [seed + start + i for i in range(len(batch))]
-            velocity = _velocity(model, encoder, batch, cfg, negative, prediction, x0_min_t)
+            velocity = _velocity(model, encoder, batch, cfg, negative, prediction, x0_min_t, style)
             latents = euler_sample(
                 velocity, _noise(model, ae, seeds, width, height), times,
                 on_step=lambda i, x: bar.advance(),
@@ -119,15 +132,20 @@ def _velocity(
     negative: str,
     prediction: str,
     x0_min_t: float,
+    style: StyleTokens | None = None,
 ) -> Velocity:
-    """The velocity of `model` conditioned on `prompts` (and on `negative` under CFG)."""
+    """The velocity of `model` conditioned on `prompts` (and on `negative` under CFG), and
+    on the one-image `style` tokens for every row (both CFG halves)."""
     p = next(model.parameters())
     txt, mask = encoder.encode(prompts)
     txt, mask = txt.to(p.device, p.dtype), mask.to(p.device)
     if cfg != 0:
         neg_txt, neg_mask = encoder.encode([negative])
         txt, mask = with_negative(txt, mask, neg_txt.to(p.device, p.dtype), neg_mask.to(p.device))
-    velocity = dit_velocity(model, txt, mask, pack_text=True)  # eager: skip padded text
+    if style is not None:  # one image's tokens for every row of the (doubled) batch
+        one = StyleTokens(style.tokens.to(p.device, p.dtype), style.bias.to(p.device))
+        style = one.broadcast(txt.shape[0])
+    velocity = dit_velocity(model, txt, mask, pack_text=True, style=style)  # eager: skip pads
     if prediction == "x0":
         velocity = from_x0(velocity, x0_min_t)
     return with_cfg(velocity, cfg) if cfg != 0 else velocity

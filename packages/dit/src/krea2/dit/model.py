@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +15,9 @@ from krea2.dit.patches import image_positions, patchify, unpatchify
 from krea2.dit.rope import rope_angles
 from krea2.dit.textfusion import TextFusion
 from krea2.infra.errors import UserError
+
+if TYPE_CHECKING:
+    from krea2.dit.style_module import StyleTokens
 
 
 class Krea2DiT(nn.Module):
@@ -82,6 +85,7 @@ class Krea2DiT(nn.Module):
         pos: Tensor,
         txt_mask: Tensor | None = None,
         pack_text: bool = False,
+        style: StyleTokens | None = None,
     ) -> Tensor:
         """Velocity for packed image tokens.
 
@@ -95,8 +99,14 @@ class Krea2DiT(nn.Module):
         padded tokens are never keys and their outputs are discarded; it costs one host
         sync and gives data-dependent shapes, so it is off by default (use it in eager
         inference or with `torch.compile(dynamic=True)`).
+
+        style: StyleTokens (tokens [B, S, width], bias [B, S]) from a StyleModule, or None
+        (the path without references, unchanged). Its S tokens sit between the text and the
+        image at RoPE position (0, 0, 0) like text (`pos` stays [T+N, 3]); the key mask
+        becomes additive in img's dtype: padded text -inf, style keys their bias (log of
+        the strength), image and time keys 0.
         """
-        self._check_inputs(img, txt, t, pos, txt_mask)
+        self._check_inputs(img, txt, t, pos, txt_mask, style)
         if pack_text and txt_mask is not None:
             txt, txt_mask, pos = pack_valid_text(txt, txt_mask, pos)
         b, n, _ = img.shape
@@ -109,11 +119,19 @@ class Krea2DiT(nn.Module):
         if txt_mask is not None:
             txt_mask = txt_mask.bool()
             txt_mask_key = txt_mask[:, None, None, :]
-            extra = n + self.cfg.timestep_tokens
-            key_mask = torch.cat([txt_mask, txt_mask.new_ones(b, extra)], dim=1)[:, None, None]
+            if style is None:
+                extra = n + self.cfg.timestep_tokens
+                key_mask = torch.cat([txt_mask, txt_mask.new_ones(b, extra)], dim=1)[:, None, None]
 
         ctx = self.txtmlp(self.txtfusion(txt.to(dtype), txt_mask_key))
         parts = [ctx, self.first(img)]
+        slen = 0  # style tokens between text and image
+        if style is not None:
+            slen = style.tokens.shape[1]
+            parts.insert(1, style.tokens.to(img.device, dtype))
+            rest = n + self.cfg.timestep_tokens
+            key_mask = style_key_mask(txt_mask, tlen, style.bias.to(img.device), rest, dtype)
+            pos = _insert_zero_positions(pos, tlen, slen)
         if self.cfg.modulated:
             tvec = self.tproj(temb)
         else:
@@ -127,10 +145,10 @@ class Krea2DiT(nn.Module):
         if self.cfg.rope_dims:
             rope = rope_angles(pos, self.cfg.rope_axes_dims, self.cfg.rope_theta)
 
-        # Only image rows are read after the blocks, so the last block skips the text rows.
+        # Only image rows are read after the blocks, so the last block skips text and style rows.
         last = len(self.blocks) - 1
         for i, blk in enumerate(self.blocks):
-            start = tlen if i == last else 0
+            start = tlen + slen if i == last else 0
             x = run_block(blk, self.checkpointing, x, tvec, rope, key_mask, start)
         return self.last(x[:, :n], temb if self.cfg.modulated else None)
 
@@ -141,8 +159,11 @@ class Krea2DiT(nn.Module):
         t: Tensor,
         txt_mask: Tensor | None = None,
         pack_text: bool = False,
+        style: StyleTokens | None = None,
     ) -> Tensor:
-        """Velocity for unpacked latents [B, C, H, W] (H, W divisible by patch) -> [B, C, H, W]."""
+        """Velocity for unpacked latents [B, C, H, W] (H, W divisible by patch) -> [B, C, H, W].
+
+        `style`: StyleTokens for the B rows, or None (see `forward`)."""
         cfg = self.cfg
         if latents.ndim != 4:
             raise UserError(f"latents must be [B, C, H, W], got shape {tuple(latents.shape)}")
@@ -160,10 +181,14 @@ class Krea2DiT(nn.Module):
         pos = image_positions(
             txt.shape[1], h // cfg.patch, w // cfg.patch, latents.device, cfg.rope_ref_grid
         )
-        v = self(patchify(latents, cfg.patch), txt, t, pos, txt_mask, pack_text=pack_text)
+        img = patchify(latents, cfg.patch)
+        if style is None:  # the call as before, for wrappers whose forward takes no `style`
+            v = self(img, txt, t, pos, txt_mask, pack_text=pack_text)
+        else:
+            v = self(img, txt, t, pos, txt_mask, pack_text=pack_text, style=style)
         return unpatchify(v, cfg.patch, h, w)
 
-    def _check_inputs(self, img, txt, t, pos, txt_mask) -> None:
+    def _check_inputs(self, img, txt, t, pos, txt_mask, style=None) -> None:
         cfg = self.cfg
         if img.ndim != 3 or img.shape[-1] != cfg.in_channels:
             raise UserError(
@@ -187,6 +212,14 @@ class Krea2DiT(nn.Module):
             raise UserError(
                 f"txt_mask must be [B, T]={tuple(txt.shape[:2])}, got {tuple(txt_mask.shape)}"
             )
+        if style is not None:
+            s = style.tokens.shape[1] if style.tokens.ndim == 3 else -1
+            if style.tokens.shape != (b, s, cfg.width) or style.bias.shape != (b, s):
+                raise UserError(
+                    f"style tokens must be [B={b}, S, width={cfg.width}] with bias [B, S], got "
+                    f"{tuple(style.tokens.shape)} and {tuple(style.bias.shape)}; use a style "
+                    f"module made for this DiT (StyleTokens.broadcast for one image's tokens)"
+                )
         wdtype = self.first.weight.dtype
         if img.dtype != wdtype and self.first.weight.device.type != "meta":
             raise UserError(
@@ -209,6 +242,26 @@ def pack_valid_text(txt: Tensor, mask: Tensor, pos: Tensor) -> tuple[Tensor, Ten
     pos = pos.expand(b, *pos.shape[-2:]) if pos.ndim == 2 else pos
     text_pos = pos[:, :t].gather(1, order[:, :, None].expand(-1, -1, pos.shape[-1]))
     return txt, mask, torch.cat([text_pos, pos[:, t:]], dim=1)
+
+
+def style_key_mask(
+    txt_mask: Tensor | None, text_len: int, bias: Tensor, rest: int, dtype: torch.dtype
+) -> Tensor:
+    """Additive key mask [B, 1, 1, T+S+rest] in `dtype` for the sequence [text, style, rest]:
+    padded text -inf (txt_mask bool [B, T], None: all valid), style keys `bias` [B, S], the
+    `rest` (image and time) keys 0."""
+    b = bias.shape[0]
+    zeros = torch.zeros(b, text_len + rest, dtype=dtype, device=bias.device)
+    text, others = zeros[:, :text_len], zeros[:, text_len:]
+    if txt_mask is not None:
+        text = text.masked_fill(~txt_mask, float("-inf"))
+    return torch.cat([text, bias.to(dtype), others], dim=1)[:, None, None]
+
+
+def _insert_zero_positions(pos: Tensor, at: int, n: int) -> Tensor:
+    """n rows at RoPE position (0, 0, 0), like text, inserted before row `at` of pos [.., L, 3]."""
+    zeros = pos.new_zeros(*pos.shape[:-2], n, 3)
+    return torch.cat([pos[..., :at, :], zeros, pos[..., at:, :]], dim=-2)
 
 
 def _append_zero_positions(pos: Tensor, n: int) -> Tensor:

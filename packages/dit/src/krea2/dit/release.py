@@ -4,7 +4,8 @@ Two layouts are read. The diffusers pipeline layout: `transformer/`, `text_encod
 `tokenizer/`, `vae/`, `scheduler/scheduler_config.json` and `model_index.json` (whose
 `is_distilled` selects Turbo's fixed mu). The native release layout: one DiT
 `.safetensors` in released key names at the top, optionally beside `text_encoder/`
-(with its tokenizer or a sibling `tokenizer/`) and `vae/`.
+(with its tokenizer or a sibling `tokenizer/`) and `vae/`. Either may hold a style module,
+`style.safetensors` (krea2.dit.style_module), which is never taken for the DiT.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from krea2.dit.config import DiTConfig
 from krea2.dit.flow import MU_X1, MU_X2, MU_Y1, MU_Y2, TURBO_MU, TimeShift
 from krea2.dit.weights import CheckpointError, json_file
 
+STYLE_FILE = "style.safetensors"  # a model folder's style-reference module
 # vae/config.json `_class_name` -> the autoencoder's registry name (krea2.dit.components)
 VAE_KINDS = {"AutoencoderKLQwenImage": "qwen-image", "AutoencoderKLFlux2": "flux2"}
 # Scheduler settings whose sigma grid our Euler sampler does not make; refused when set.
@@ -41,6 +43,7 @@ class ModelFolder:
     autoencoder: str | None  # an autoencoder spec, e.g. `qwen-image:PATH`
     time_shift: TimeShift | None  # from the scheduler config; None: not recorded
     distilled: bool = False  # model_index.json's is_distilled: a Turbo (few steps, no CFG)
+    style: Path | None = None  # the folder's style module (STYLE_FILE), if it has one
 
 
 def read_model_folder(path: str | Path) -> ModelFolder:
@@ -52,7 +55,7 @@ def read_model_folder(path: str | Path) -> ModelFolder:
     if (root / "transformer" / "config.json").exists():
         transformer = root / "transformer"
     else:
-        files = sorted(root.glob("*.safetensors"))
+        files = sorted(p for p in root.glob("*.safetensors") if p.name != STYLE_FILE)
         if len(files) != 1:
             found = ", ".join(p.name for p in files) or "none"
             raise CheckpointError(
@@ -69,6 +72,7 @@ def read_model_folder(path: str | Path) -> ModelFolder:
         autoencoder=_autoencoder_spec(root / "vae"),
         time_shift=read_time_shift(root),
         distilled=is_distilled(root),
+        style=root / STYLE_FILE if (root / STYLE_FILE).is_file() else None,
     )
 
 

@@ -44,6 +44,7 @@ class SamplePlan:
     time_shift: TimeShift
     steps: int = DEFAULT_STEPS
     cfg: float = DEFAULT_CFG  # Krea CFG w; 0: no guidance
+    style_module: Path | None = None  # for style references: the flag's, else the folder's
 
     def describe(self) -> str:
         """One line naming what is used, for the person running the sampler."""
@@ -67,11 +68,13 @@ def plan_sample(
     turbo: bool = False,
     steps: int | None = None,
     cfg: float | None = None,
+    style_module: Path | None = None,
 ) -> SamplePlan:
     """Resolve the settings (see the module docstring). `model`: a model folder
     (`release.read_model_folder`); `weights`: DiT weights, replacing the folder's DiT when
     both are given. UserError when neither is given, for a training checkpoint, and for
-    text conditioning that cannot be reproduced."""
+    text conditioning that cannot be reproduced. `style_module`: the module for style
+    references; None: the model folder's `style.safetensors`, if any."""
     if model is None and weights is None:
         raise UserError("pass --model FOLDER (a whole model) or --weights FILE (a DiT)")
     folder = read_model_folder(model) if model is not None else None
@@ -96,6 +99,7 @@ def plan_sample(
         x0_min_t=float(record.get("x0_min_t", X0_MIN_T)),
         time_shift=_time_shift(mu, turbo, record, folder.time_shift if folder else None),
         **_steps_and_cfg(steps, cfg, record, turbo or bool(folder and folder.distilled)),
+        style_module=style_module or (folder.style if folder else None),
     )
 
 

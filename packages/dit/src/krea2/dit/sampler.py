@@ -14,6 +14,7 @@ from torch import Tensor
 
 from krea2.dit.flow import guided_velocity
 from krea2.dit.model import Krea2DiT
+from krea2.dit.style_module import StyleTokens
 
 Velocity = Callable[[Tensor, Tensor], Tensor]
 """velocity(x, t) -> v. x [B, C, H, W] latents at flow time t [B] (float32 in [0, 1],
@@ -21,16 +22,22 @@ Velocity = Callable[[Tensor, Tensor], Tensor]
 
 
 def dit_velocity(
-    model: Krea2DiT, txt: Tensor, txt_mask: Tensor | None = None, pack_text: bool = False
+    model: Krea2DiT,
+    txt: Tensor,
+    txt_mask: Tensor | None = None,
+    pack_text: bool = False,
+    style: StyleTokens | None = None,
 ) -> Velocity:
     """`model` conditioned on txt [B, T, taps, dim] (mask [B, T] bool, True = valid token).
 
     `pack_text` drops padded text tokens before the blocks (eager inference; see
-    `Krea2DiT.forward`).
+    `Krea2DiT.forward`). `style`: StyleTokens for the same B rows (None: no reference).
     """
 
     def velocity(x: Tensor, t: Tensor) -> Tensor:
-        return model.velocity(x, txt, t, txt_mask, pack_text=pack_text)
+        if style is None:
+            return model.velocity(x, txt, t, txt_mask, pack_text=pack_text)
+        return model.velocity(x, txt, t, txt_mask, pack_text=pack_text, style=style)
 
     return velocity
 

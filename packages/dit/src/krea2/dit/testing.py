@@ -4,7 +4,9 @@ tiny whole-model folder in the release layout."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -17,6 +19,33 @@ def randomize(module: torch.nn.Module, seed: int = 0, std: float = 0.2) -> None:
     with torch.no_grad():
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
+def _attn_flops(q: Any, k: Any, v: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """SDPA forward FLOPs from the shapes FlopCounterMode passes (q, k, v: [B, H, L, hd])."""
+    b, h, sq, d = q
+    return 4 * b * h * sq * k[2] * d
+
+
+def _attn_bwd_flops(*args: Any, **kwargs: Any) -> int:
+    """SDPA backward FLOPs: twice the forward's."""
+    q, k = args[1], args[2]  # args[0] is grad_out
+    b, h, sq, d = q
+    return 8 * b * h * sq * k[2] * d
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """FLOPs torch's FlopCounterMode counts while `fn()` runs; it does not know the CPU
+    flash-attention kernel, which is counted here like any SDPA."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cpu_sdpa = {
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attn_flops,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _attn_bwd_flops,
+    }
+    with FlopCounterMode(display=False, custom_mapping=cpu_sdpa) as fc:
+        fn()
+    return fc.get_total_flops()
 
 
 def make_inputs(cfg: DiTConfig, batch=2, text_len=7, grid=(3, 5), seed=1, pad=(0, 3)):

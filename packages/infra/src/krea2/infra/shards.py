@@ -14,6 +14,8 @@ height      int32                       pixels
 bucket      string                      ``"{width}x{height}"``, e.g. ``"512x768"``
 captions    list<struct<format, text>>  formats from :data:`CAPTION_FORMATS`
 meta        string                      JSON object (scores, source, scene spec, ...)
+reference   binary (optional column)    a second encoded image of an image-conditioned
+                                        stage (e.g. a style reference of the same style)
 ==========  ==========================  ==============================================
 
 File-level metadata (Parquet key/value) records ``krea2.stage`` (the resolution stage
@@ -51,8 +53,9 @@ class ShardSchemaError(ValueError):
     """A table does not follow the training-shard contract."""
 
 
-def shard_arrow_schema() -> Any:
-    """The pyarrow schema of a training shard (see the module docstring)."""
+def shard_arrow_schema(reference: bool = False) -> Any:
+    """The pyarrow schema of a training shard (see the module docstring); ``reference``
+    adds the optional ``reference`` image column."""
     import pyarrow as pa
 
     caption = pa.struct([("format", pa.string()), ("text", pa.string())])
@@ -68,6 +71,7 @@ def shard_arrow_schema() -> Any:
             pa.field("captions", pa.list_(caption), nullable=False),
             pa.field("meta", pa.string()),
         ]
+        + ([pa.field("reference", pa.binary())] if reference else [])
     )
 
 
@@ -165,7 +169,8 @@ def write_shard(
     batch_size: int,
     row_group_size: int | None = None,
 ) -> Path:
-    """Validate ``rows`` (dicts with the contract's columns) and write them as one shard.
+    """Validate ``rows`` (dicts with the contract's columns, and ``reference`` when any
+    row has one) and write them as one shard.
 
     The file records ``stage``, ``seed`` and ``batch_size`` as metadata. It is written to
     a hidden temporary file in the same directory and renamed into place, so a reader never
@@ -176,7 +181,8 @@ def write_shard(
 
     if batch_size < 1:
         raise ShardSchemaError(f"batch_size must be >= 1, got {batch_size}")
-    schema = shard_arrow_schema().with_metadata(
+    reference = any("reference" in row for row in rows)
+    schema = shard_arrow_schema(reference).with_metadata(
         {
             METADATA_STAGE: stage.encode(),
             METADATA_SEED: str(seed).encode(),

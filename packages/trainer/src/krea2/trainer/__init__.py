@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.trainer.finetune_projection import finetune_memory as finetune_memory
     from krea2.trainer.finetune_projection import lora_params as lora_params
     from krea2.trainer.inference import conditioning_record as conditioning_record
+    from krea2.trainer.inference import encode_images as encode_images
     from krea2.trainer.inference import load_stage_module as load_stage_module
     from krea2.trainer.inference import sample_module as sample_module
     from krea2.trainer.inference import sample_run as sample_run
@@ -80,6 +81,12 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.trainer.step import StageRun as StageRun
     from krea2.trainer.step import finish_grads as finish_grads
     from krea2.trainer.step import update_lr as update_lr
+    from krea2.trainer.style_export import stage_style_path as stage_style_path
+    from krea2.trainer.style_run import style_job as style_job
+    from krea2.trainer.style_run import train_style as train_style
+    from krea2.trainer.style_settings import StyleSettings as StyleSettings
+    from krea2.trainer.style_transforms import ReferenceMode as ReferenceMode
+    from krea2.trainer.style_transforms import style_references as style_references
     from krea2.trainer.testing import write_toy_dataset as write_toy_dataset
     from krea2.trainer.testing import write_toy_shards as write_toy_shards
     from krea2.trainer.trainer import Trainer as Trainer
@@ -144,6 +151,13 @@ _MODULE_OF = {
     "continuation_job": "continuation",
     "link_finished": "continuation",
     "adopt_weights": "continuation",
+    # the style-reference objective (a module on the frozen base)
+    "StyleSettings": "style_settings",
+    "ReferenceMode": "style_transforms",
+    "style_references": "style_transforms",
+    "stage_style_path": "style_export",
+    "style_job": "style_run",
+    "train_style": "style_run",
     "export_stage": "stage_export",
     "stage_weights": "stage_export",
     # using a trained job
@@ -154,6 +168,7 @@ _MODULE_OF = {
     "sample_module": "inference",
     "stage_root": "inference",
     "conditioning_record": "inference",
+    "encode_images": "inference",
     "read_metrics": "observe",
     "plot_run": "plot",
     "average": "merge",

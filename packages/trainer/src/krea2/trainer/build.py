@@ -13,6 +13,7 @@ from krea2.trainer.config import Autocast, InitDevice, JobConfig, ModelConfig, S
 from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
 from krea2.trainer.model_shape import dit_config
 from krea2.trainer.objective import Parameterization
+from krea2.trainer.style_settings import build_style_module, style_settings_of
 from krea2.trainer.validate import autoencoder_spec
 
 log = get_logger("trainer.build")
@@ -20,7 +21,8 @@ log = get_logger("trainer.build")
 
 class TrainModule(nn.Module):
     """Everything trained together: ``dit`` (Krea2DiT), ``text`` (conditioner), ``irepa``
-    (projector head, only while iREPA is on). One root, so FSDP's hooks wrap one forward."""
+    (projector head, only while iREPA is on), ``style`` (a style-reference module, in a
+    ``style`` stage). One root, so FSDP's hooks wrap one forward."""
 
     def __init__(
         self,
@@ -38,6 +40,7 @@ class TrainModule(nn.Module):
         self.autocast = autocast  # forward's torch.autocast dtype (None: off)
         self.irepa_layer: int | None = None
         self._tap: Tensor | None = None
+        self.style: nn.Module | None = None
 
     def set_irepa(self, layer: int | None) -> None:
         """Capture block ``layer``'s output for the iREPA loss (None: off)."""
@@ -56,17 +59,28 @@ class TrainModule(nn.Module):
         t: Tensor,
         captions: list[str],
         irepa_target: Tensor | None = None,
+        style_refs: Tensor | None = None,
+        style_strengths: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x_t [B, C, H, W] noised latents, t [B], captions (B strings) ->
         (velocity [B, C, H, W], iREPA loss (scalar) or None).
 
         ``irepa_target`` [B, enc_dim, H/p, W/p]: encoder patch features of the clean image.
+        ``style_refs`` [B, R, C, h, w] reference latents with ``style_strengths`` [B, R]
+        (>= 0): the style module's tokens join the stream (needs ``self.style``).
         """
         enabled = self.autocast is not None
         with torch.autocast(x_t.device.type, dtype=self.autocast, enabled=enabled):
             txt, mask = self.text(captions)
             txt = txt.to(x_t.dtype)
-            v = self.dit.velocity(x_t, txt, t, mask)
+            style = None
+            if style_refs is not None:
+                if self.style is None:
+                    raise UserError("style references given to a module without a style module")
+                # keep_all: every rank's module gets a gradient, also when all its rows
+                # are at strength 0 (FSDP2 skips the reduce-scatter of a unit without one)
+                style = self.style(style_refs, style_strengths, keep_all=True)
+            v = self.dit.velocity(x_t, txt, t, mask, style=style)
             aux = None
             if irepa_target is not None and self._tap is not None:
                 n = irepa_target.shape[2] * irepa_target.shape[3]
@@ -104,6 +118,12 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
     head = None
     if stage.irepa.steps > 0:
         head = IrepaHead(dcfg.width, irepa_encoder_dim(stage))
+    style_settings = style_settings_of(stage)
+    if style_settings is not None:
+        # only the style module trains; the base is the stage's start (warm_start), which
+        # checkpoints do not hold, like a LoRA stage's
+        dit.requires_grad_(False)
+        text.requires_grad_(False)
     if stage.lora.enabled:
         # Adapters go in before sharding, so each block's FSDP unit holds its adapters;
         # the base (and the text conditioner) stay frozen. Base weights are loaded later
@@ -131,6 +151,8 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         autocast_dtype(cfg.model.autocast, env),
         parameterization(cfg, stage),
     )
+    if style_settings is not None:
+        module.style = build_style_module(style_settings, dcfg, cfg.seed).to(env.device)
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
     par.apply_ac(dit, stage.checkpointing)
@@ -138,7 +160,7 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
         par.apply_compile(dit, stage.compile_backend)
     if env.distributed:
         param_dtype = torch.bfloat16 if env.device.type == "cuda" else None
-        units = [*fsdp_units(dit), text] + ([head] if head is not None else [])
+        units = [*fsdp_units(dit), text] + [m for m in (head, module.style) if m is not None]
         units = [u for u in units if any(p.requires_grad for p in u.parameters())]
         par.apply_fsdp(units, module, env.mesh["dp"], param_dtype)
     if meta:

@@ -126,9 +126,13 @@ class LatentCache:
     def misses(self) -> int:
         return self.store.misses
 
-    def encode(self, keys: list[str], pixels: Tensor, encode: Callable[[Tensor], Tensor]) -> Tensor:
-        """Latents [B, C, h, w] of ``pixels`` [B, 3, H, W]; encodes only the missing rows."""
-        if not self.store.enabled:
+    def encode(
+        self, keys: list[str] | None, pixels: Tensor, encode: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        """Latents [B, C, h, w] of ``pixels`` [B, 3, H, W]; encodes only the missing rows.
+        ``keys`` None: images made for this step only (e.g. random style references),
+        encoded and never cached."""
+        if keys is None or not self.store.enabled:
             return encode(pixels)
         size = f"@{pixels.shape[-2]}x{pixels.shape[-1]}"
         rows = self.store.lookup(

@@ -168,12 +168,25 @@ def _decode(row: dict, width: int, height: int) -> np.ndarray:
     return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1)
 
 
+def _decode_reference(data: bytes | None, width: int, height: int) -> np.ndarray:
+    """A row's ``reference`` image bytes -> uint8 [3, H, W] at the bucket's size."""
+    from PIL import Image
+
+    if data is None:
+        raise ValueError("the row has no reference image")
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    if img.size != (width, height):
+        img = img.resize((width, height), Image.Resampling.BICUBIC)
+    return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1)
+
+
 class StepBatches(torch.utils.data.Dataset):
     """Item ``i`` = this rank's share of the batch of step ``start + i``, decoded.
 
     Returns a dict: ``pixels`` uint8 [b, 3, H, W], ``weight`` float [b] (0 = undecodable
     sample, zero-filled so every rank keeps the same shape), ``captions`` (per sample a
-    list of {format, text}), ``keys``, ``step``.
+    list of {format, text}), ``keys``, ``step``; ``reference_pixels`` uint8 [b, 3, H, W]
+    when the shards have a ``reference`` column.
     """
 
     def __init__(self, index: ShardIndex, rank: int, world: int, start: int, stop: int):
@@ -212,13 +225,21 @@ class StepBatches(torch.utils.data.Dataset):
         width, height = ref.size
         pixels = np.zeros((local, 3, height, width), dtype=np.uint8)
         weight = np.ones(local, dtype=np.float32)
+        # an image-conditioned stage's shards (e.g. style references) carry a second
+        # image per row in ``reference`` (encoded bytes, resized to the bucket)
+        with_reference = bool(rows) and "reference" in rows[0]
+        references = np.zeros_like(pixels) if with_reference else None
         for j, row in enumerate(rows):
             try:
                 pixels[j] = _decode(row, width, height)
+                if references is not None:
+                    references[j] = _decode_reference(row["reference"], width, height)
             except Exception as exc:  # any undecodable sample is skipped, never fatal
                 weight[j] = 0.0
                 log.warning("skipping bad sample %s at step %d: %s", row["key"], step, exc)
+        extra = {} if references is None else {"reference_pixels": torch.from_numpy(references)}
         return {
+            **extra,
             "pixels": torch.from_numpy(pixels),
             "weight": torch.from_numpy(weight),
             "captions": [row["captions"] for row in rows],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from krea2.trainer.build import TrainModule
 from krea2.trainer.captions import choose_caption
@@ -82,11 +83,15 @@ def sample_grid(
     cfg_scale: float,
     mu: float,
     on_step: Callable[[], None] | None = None,
+    style: tuple[Tensor, Tensor] | None = None,
 ) -> np.ndarray:
     """Images for every (prompt, seed), uint8 [len(prompts), len(seeds), H, W, 3].
 
     Every rank runs the same sampling (FSDP and TP need all ranks in each forward).
     ``on_step()`` is called after each of the ``steps * len(seeds)`` Euler steps.
+    ``style``: (reference latents [P or 1, R, C, h, w], strengths [P or 1, R]) for the
+    module's style module, per prompt (or one set for all); with CFG both halves see them,
+    so guidance amplifies the prompt, not the reference.
     """
     from krea2.dit import flow
     from krea2.dit.pixel_ae import to_uint8
@@ -102,8 +107,17 @@ def sample_grid(
     # With CFG the rows [prompts; negatives] go through one forward (see with_cfg).
     captions = [*prompts, *[""] * len(prompts)] if cfg_scale != 0 else list(prompts)
 
+    extra = {}
+    if style is not None:
+        refs, strengths = (v.to(device) for v in style)
+        refs = refs.to(dtype).expand(len(prompts), *refs.shape[1:])
+        strengths = strengths.float().expand(len(prompts), strengths.shape[-1])
+        copies = 2 if cfg_scale != 0 else 1
+        extra = {"style_refs": torch.cat([refs] * copies),
+                 "style_strengths": torch.cat([strengths] * copies)}  # fmt: skip
+
     def module_velocity(x, t):  # the module encodes its captions itself
-        return module(x, t, captions)[0]
+        return module(x, t, captions, None, **extra)[0]
 
     velocity = with_cfg(module_velocity, cfg_scale) if cfg_scale != 0 else module_velocity
     rows = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from krea2.trainer.objective import stage_mu
 from krea2.trainer.objectives import stage_sampling
 from krea2.trainer.text import LEARNED, text_encoder_spec
 from krea2.trainer.validate import autoencoder_spec
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # How krea2.dit's conditioning record names the trainer's learned word table: only a run's
 # own module (krea2 train sample) can rebuild it.
@@ -68,7 +71,8 @@ def load_stage_module(
     stage = job.stages[stage_index]
     env = init_distributed(job)
     module = build_module(job, stage, env)
-    if stage.lora.enabled:  # the frozen base: its checkpoints hold only the adapters
+    if stage.lora.enabled or module.style is not None:
+        # the frozen base: the stage's checkpoints hold only its adapters or style module
         warm_start(job, stage_index, module, env.distributed)
     if trained:
         root = stage_root(job, stage)
@@ -101,13 +105,17 @@ def sample_stage(
     trained: bool = True,
     step: int | None = None,
     on_step: Callable[[], None] | None = None,
+    style: tuple[Tensor, Tensor] | None = None,
 ) -> np.ndarray:
     """uint8 images [len(prompts), len(seeds), side, side, 3] at the stage's resolution,
     sampled with the stage's time shift (Euler, ``steps`` steps, CFG ``cfg_scale``) from its
     checkpoint of ``step`` (None: the newest); ``on_step()`` follows each of the
-    ``steps * len(seeds)`` Euler steps (for progress)."""
+    ``steps * len(seeds)`` Euler steps (for progress); ``style``: reference latents and
+    strengths for a style stage's module (:func:`krea2.trainer.evaluate.sample_grid`)."""
     module = load_stage_module(job, stage_index, trained, step)
-    return sample_module(job, stage_index, module, prompts, seeds, steps, cfg_scale, on_step)
+    return sample_module(
+        job, stage_index, module, prompts, seeds, steps, cfg_scale, on_step, style=style
+    )
 
 
 def sample_module(
@@ -119,6 +127,7 @@ def sample_module(
     steps: int,
     cfg_scale: float,
     on_step: Callable[[], None] | None = None,
+    style: tuple[Tensor, Tensor] | None = None,
 ) -> np.ndarray:
     """:func:`sample_stage` with the stage's module already loaded; ``on_step()`` follows
     each of the ``steps * len(seeds)`` Euler steps."""
@@ -128,7 +137,24 @@ def sample_module(
     side = stage.resolution
     tokens = (side // (ae.spatial_factor * dit_config(job, stage).patch)) ** 2
     mu = stage_mu(stage.time_shift, tokens)
-    return sample_grid(module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu, on_step)
+    return sample_grid(
+        module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu, on_step, style=style
+    )
+
+
+def encode_images(job: JobConfig, images: np.ndarray, device: str = "cpu") -> Tensor:
+    """The job's autoencoder latents [N, C, h, w] (float32) of uint8 images [N, H, W, 3]
+    (e.g. style references for :func:`sample_module`'s ``style``)."""
+    import torch
+
+    from krea2.trainer.evaluate import to_unit
+
+    if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+        raise UserError(f"images must be uint8 [N, H, W, 3], got {images.dtype} {images.shape}")
+    ae = build_autoencoder(job.model, torch.device(device))
+    pixels = to_unit(torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2))
+    with torch.no_grad():
+        return ae.encode(pixels.to(device)).float()
 
 
 def conditioning_record(job: JobConfig, stage: StageConfig | None) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Objectives by name: what a ``[[stages]]`` entry's ``objective`` may say.
 
 The trainer owns ``flow`` (rectified flow matching: pretraining, midtraining, SFT). Other
-libraries register theirs through the ``krea2.objectives`` entry-point group, the way they
-add sub-commands to the CLI (``krea2.cli``), so the trainer never imports them::
+objectives register through the ``krea2.objectives`` entry-point group, the way packages
+add sub-commands to the CLI (``krea2.cli``), so the trainer never imports them; the
+trainer's own ``style`` (a style-reference module on a frozen base,
+:mod:`krea2.trainer.style_ref`) registers the same way::
 
     [project.entry-points."krea2.objectives"]
     stpo = "krea2.rl.objectives:STPO"
@@ -86,7 +88,8 @@ FLOW = ObjectiveSpec(
 
 @cache
 def registered_objectives() -> dict[str, ObjectiveSpec]:
-    """Every objective a stage may name: ``flow`` and the installed entry points'. An entry
+    """Every objective a stage may name: the trainer's ``flow`` and the installed entry
+    points' (the trainer's own ``style`` among them). An entry
     point that fails to load or is not a spec is a UserError naming its package."""
     found = {FLOW.name: FLOW}
     for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):

@@ -117,11 +117,14 @@ def forward_backward(
     env: DistEnv,
     encode: Callable[[list[str], torch.Tensor], torch.Tensor],
     bad_samples_counter: Any,
+    conditioning: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The loss of ``batch`` (pixels uint8 [B, 3, H, W], captions, weights [B]),
     backpropagated, its grads summed and clipped; returns the step's metrics, all-reduced
     over the dp ranks. ``encode(keys, pixels)`` gives latents [B, C, h, w]; undecodable
-    samples (weight 0) count on ``bad_samples_counter`` (a labelled Prometheus counter)."""
+    samples (weight 0) count on ``bad_samples_counter`` (a labelled Prometheus counter).
+    ``conditioning``: more keyword arguments of the module's forward (an objective's
+    extra inputs, e.g. the style objective's reference latents)."""
     stage, module = run.stage, run.module
     local = batch["pixels"].shape[0]
     weight = batch["weight"].to(env.device)
@@ -157,7 +160,7 @@ def forward_backward(
     aux_box: list = []
 
     def velocity(x, _txt, tt, _mask):
-        v, aux = module(x, tt, captions, target)
+        v, aux = module(x, tt, captions, target, **(conditioning or {}))
         aux_box.append(aux)
         return v
 

@@ -46,6 +46,7 @@ from krea2.trainer.step import (
     TrainingStopped,
     forward_backward,
 )
+from krea2.trainer.style_export import write_stage_products
 from krea2.trainer.validate import resolve_files
 from krea2.trainer.warmstart import stage_checkpoints, warm_start
 
@@ -167,13 +168,10 @@ class Trainer:
                 run.ema.copy_to_params()
             self._save(run, stage.steps - 1, sync=True)
         self.reports.finish(stage, run.module, eval_index)
+        final = run.checkpoints.path_of(stage.steps - 1)
+        for path in write_stage_products(self.cfg, i, run.module, final, self.env.is_main):
+            log.info("stage %s: %s written", stage.name, path)
         if self.env.is_main:
-            if stage.lora.enabled:
-                from krea2.trainer.adapters import write_stage_adapters
-
-                final = run.checkpoints.path_of(stage.steps - 1)
-                for path in write_stage_adapters(self.cfg, i, final):
-                    log.info("stage %s: adapter written to %s", stage.name, path)
             self._done_marker(stage).write_text(f"{stage.steps}\n")
         if self.env.distributed:
             torch.distributed.barrier()
@@ -262,7 +260,8 @@ class Trainer:
             detector=SpikeDetector(cfg.stability, spikes=judges_spikes(stage)),
             objective=self.objective if self.objective is not None else build_objective(stage, cfg),
         )
-        if stage.lora.enabled:  # the frozen base, which checkpoints do not hold
+        frozen_base = stage.lora.enabled or module.style is not None
+        if frozen_base:  # the frozen base, which checkpoints do not hold
             warm_start(cfg, i, module, env.distributed)
         if stage.ema_decay > 0:  # a template a resume loads in place; else reset below
             run.ema = WeightEma(run.params)
@@ -273,7 +272,7 @@ class Trainer:
             restore_rng_state(extra["rng"])
             log.info("resumed stage %s at step %d", stage.name, run.state.step)
         else:
-            if not stage.lora.enabled:
+            if not frozen_base:
                 warm_start(cfg, i, module, env.distributed)
             if run.ema is not None:  # the average starts at the stage's starting weights
                 run.ema.update(0.0)

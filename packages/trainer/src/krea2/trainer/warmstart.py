@@ -99,6 +99,10 @@ def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) 
             "stage %s starts from stage %s, adapters merged", stage.name, cfg.stages[i - 1].name
         )
         return
+    if stage.init_from == "previous" and i > 0 and cfg.stages[i - 1].objective == "style":
+        # a style stage trains only its module: the base after it is the one before it
+        _load_start(cfg, i - 1, module, distributed)
+        return
     if stage.init_from not in ("previous", "none"):
         weights = release_source(stage.init_from)
         if weights is not None:
@@ -114,7 +118,7 @@ def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) 
     full = get_model_state_dict(module)
     # Checkpoints name the base in released terms; adapters (peft) rename the Linears
     # they wrap, so load under the released names and map back after.
-    names = base_names(k for k in full if not k.startswith("irepa."))
+    names = base_names(k for k in full if not k.startswith(("irepa.", "style.")))
     wanted = {k: full[m] for k, m in names.items()}
     patch = module.dit.cfg.patch
     if source_patch != patch:  # load the source's shapes, then resize them to this stage's
@@ -164,7 +168,7 @@ def _merge_stage_adapters(cfg: JobConfig, i: int, module: TrainModule) -> None:
     adapter = stage_adapter(cfg, i)
     scale = cfg.stages[i].lora.scale
     full = get_model_state_dict(module)
-    names = base_names(k for k in full if not k.startswith("irepa."))
+    names = base_names(k for k in full if not k.startswith(("irepa.", "style.")))
     merged = {}
     for key in sorted(k for k in adapter if ".lora_A." in k):
         adapted = key.split(".lora_A.")[0]

@@ -1,0 +1,105 @@
+"""Style references for sampling: `IMG[:STRENGTH]` specs, images, and their latents."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from krea2.dit.autoencoder import Autoencoder
+from krea2.infra.errors import UserError
+
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
+
+
+def parse_style_ref(spec: str) -> tuple[Path, float]:
+    """'path.png:0.7' -> (Path('path.png'), 0.7); 'path.png' -> strength 1.0.
+
+    The text after the last ':' is a strength only when it reads as a number, so a path
+    that contains ':' otherwise stays whole. UserError for an empty path or a strength that
+    is negative, nan or infinite.
+    """
+    head, sep, tail = spec.rpartition(":")
+    try:
+        strength = float(tail) if sep else None
+    except ValueError:
+        strength = None
+    path = head if strength is not None else spec
+    if strength is None:
+        strength = 1.0
+    if not path:
+        raise UserError(f"--style-ref {spec!r} names no image; write IMG[:STRENGTH] (a.png:0.7)")
+    if not math.isfinite(strength) or strength < 0:
+        raise UserError(
+            f"--style-ref {spec!r}: strength {tail} must be a finite number >= 0 "
+            "(0 = off, 1 = as trained)"
+        )
+    return Path(path), strength
+
+
+def open_style_image(image: PILImage.Image | np.ndarray | str | Path) -> PILImage.Image:
+    """An RGB PIL image from a PIL image, a uint8 array [H, W] or [H, W, 3|4], or a path;
+    UserError (one line) for an unreadable or corrupt file or an unusable array."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    if isinstance(image, np.ndarray):
+        if image.dtype != np.uint8 or not (
+            image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (3, 4))
+        ):
+            raise UserError(
+                f"a style reference array must be uint8 [H, W] or [H, W, 3|4], got "
+                f"{image.dtype} {image.shape}"
+            )
+        return Image.fromarray(image).convert("RGB")
+    path = Path(image)
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now: a truncated file fails here, not mid-sampling
+            return img.convert("RGB")
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(
+            f"style reference {path}: cannot read the image ({why}); give a PNG, JPEG or WebP"
+        ) from None
+
+
+def style_reference_latents(
+    images: Sequence[PILImage.Image | np.ndarray | str | Path],
+    ae: Autoencoder,
+    size: tuple[int, int],
+) -> Tensor:
+    """Latents [1, R, C, h, w] (float32, on the autoencoder's device) of R reference images.
+
+    Each image is made RGB, scaled to cover `size` = (width, height) pixels (the sampling
+    size) with Lanczos (anti-aliased when shrinking) and center-cropped, so nothing is
+    stretched; then all are encoded in one batch by the frozen autoencoder (its mode, no
+    sampling). h = height / f, w = width / f for the autoencoder's factor f.
+    """
+    from PIL import Image, ImageOps
+
+    width, height = size
+    if not images:
+        raise UserError("no style reference images given")
+    pixels = []
+    for image in images:
+        rgb = ImageOps.fit(open_style_image(image), (width, height), Image.Resampling.LANCZOS)
+        pixels.append(torch.from_numpy(np.asarray(rgb, dtype=np.float32)).permute(2, 0, 1))
+    x = torch.stack(pixels) / 127.5 - 1.0  # [R, 3, H, W] in [-1, 1]
+    latents = ae.encode(x.to(_device_of(ae)))
+    return latents.float()[None]
+
+
+def _device_of(ae: Autoencoder) -> torch.device:
+    """Where the autoencoder's weights live (CPU for one without any, e.g. PixelAE)."""
+    if isinstance(ae, nn.Module):
+        for t in [*ae.parameters(), *ae.buffers()]:
+            return t.device
+    return torch.device("cpu")

@@ -1,0 +1,77 @@
+"""What a ``style`` stage's ``settings`` table says, and the module it builds.
+
+Kept apart from the objective (:mod:`krea2.trainer.style_ref`) so that building a stage's
+module needs neither the step nor the objective registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from krea2.trainer.style_transforms import ReferenceMode
+
+if TYPE_CHECKING:
+    from krea2.trainer.config import StageConfig
+
+STYLE_OBJECTIVE = "style"  # the objective's registered name
+
+
+@dataclass(frozen=True)
+class StyleSettings:
+    """A ``style`` stage's ``settings`` table.
+
+    ``reference``: what the module sees as the reference of a training image
+    (:class:`~krea2.trainer.style_transforms.ReferenceMode`). ``tiles``: the shuffle grid
+    (the image side must divide into it). ``tokens``: pooled tokens per reference;
+    ``max_refs``: references at once at sampling (slot embeddings); ``heads``: the
+    pooling's attention heads. ``strength``: the range each training reference's strength
+    s is drawn from (log s is its attention bias); (1, 1) trains at the nominal strength
+    only. ``drop``: share of rows trained with no reference (s = 0), which keeps the
+    module's tokens from carrying what the base does anyway."""
+
+    reference: ReferenceMode = ReferenceMode.INPAINT_SHUFFLE
+    tiles: int = 4
+    tokens: int = 4
+    max_refs: int = 4
+    heads: int = 4
+    strength: tuple[float, float] = (1.0, 1.0)
+    drop: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reference", ReferenceMode(self.reference))
+        lo, hi = (float(v) for v in self.strength)
+        if not 0.0 < lo <= hi:
+            raise ValueError(f"strength = {list(self.strength)} must be 0 < low <= high")
+        object.__setattr__(self, "strength", (lo, hi))
+        if self.tiles < 1 or self.tokens < 1 or self.max_refs < 1 or self.heads < 1:
+            raise ValueError("tiles, tokens, max_refs and heads must be positive")
+        if not 0.0 <= self.drop < 1.0:
+            raise ValueError(f"drop = {self.drop} must be in [0, 1)")
+
+
+def style_settings_of(stage: StageConfig) -> StyleSettings | None:
+    """The stage's :class:`StyleSettings` when it trains a style module, else None."""
+    if stage.objective != STYLE_OBJECTIVE:
+        return None
+    from krea2.trainer.objectives import stage_settings
+
+    return stage_settings(stage)
+
+
+def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torch.nn.Module:
+    """A fresh style module for a DiT of config ``dit_cfg``, seeded (every rank and layout
+    builds the same weights; the global RNG is restored after)."""
+    from krea2.dit import StyleConfig, StyleModule
+
+    cfg = StyleConfig.for_dit(
+        dit_cfg, tokens=settings.tokens, max_refs=settings.max_refs, heads=settings.heads
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 7919)
+        return StyleModule(cfg)
+
+
+__all__ = ["STYLE_OBJECTIVE", "StyleSettings", "build_style_module", "style_settings_of"]
