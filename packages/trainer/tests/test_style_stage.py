@@ -179,3 +179,34 @@ def test_reference_transforms_keep_style_and_destroy_layout():
         style_references(batch, ReferenceMode.PAIRED, gens())
     with pytest.raises(UserError, match="tiles"):
         style_references(batch, ReferenceMode.SHUFFLE, gens(), tiles=5)
+
+
+def test_train_sample_takes_style_references_and_refuses_bad_ones(tmp_path, one_rank):
+    from PIL import Image
+
+    root, _ = one_rank
+    ref = tmp_path / "ref.png"
+    Image.new("RGB", (40, 48), (120, 30, 60)).save(ref)
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+
+    def sample(*args: str) -> subprocess.CompletedProcess:
+        cmd = [KREA2, "train", "sample", str(root / "run"), "--prompt", "blob 1 in cell 4",
+               "--steps", "2", "--cfg", "0", "--out", str(tmp_path / "out"), *args]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+    done = sample("--stage", "style", "--style-ref", f"{ref}:0.5", "--style-ref", str(ref))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "grid.png").exists()
+    zero = sample("--stage", "style", "--style-ref", f"{ref}:0")
+    plain = sample("--stage", "style")
+    assert zero.returncode == plain.returncode == 0
+    for problem, args in [
+        ("needs a style stage", ("--stage", "pretrain", "--style-ref", str(ref))),
+        ("bad.png", ("--stage", "style", "--style-ref", str(bad))),
+        ("strength", ("--stage", "style", "--style-ref", f"{ref}:-1")),
+    ]:
+        failed = sample(*args)
+        assert failed.returncode != 0 and problem in failed.stderr, failed.stderr[-2000:]
+        assert "Traceback" not in failed.stderr

@@ -297,6 +297,12 @@ def sample(
         help="OpenAI-compatible chat URL of a prompt expander (krea2 expander serve, vLLM), "
         "e.g. http://127.0.0.1:7450/v1: each prompt is expanded before sampling",
     ),
+    style_ref: list[str] = typer.Option(
+        None,
+        "--style-ref",
+        help="a style reference IMG[:STRENGTH] (repeatable; strength >= 0, default 1) for a "
+        "style stage's module",
+    ),
 ) -> None:
     """Sample a run's checkpoint with the run's own text conditioning, prediction type and
     time shift (what krea2 dit sample cannot rebuild, e.g. the toy's word table); writes
@@ -304,12 +310,17 @@ def sample(
     ``--expander`` the rows are the expansions, and OUT/expansions.json maps each prompt
     to its expansion.
 
+    With ``--style-ref`` (a stage trained with objective ``style``) every image takes its
+    style from the references, each at its strength.
+
     Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "blob 3 in cell 4"
     --seeds 0,1 --steps 20 --out samples/
     """
+    from krea2.dit import parse_style_ref
     from krea2.infra.errors import UserError
     from krea2.trainer.inference import sample_run
 
+    refs = [parse_style_ref(spec) for spec in style_ref or []]
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
@@ -331,5 +342,5 @@ def sample(
         for p, e in zip(prompt, expanded, strict=True):
             typer.echo(f"{p!r} -> {e!r}")
         prompt = expanded
-    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg)
+    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg, style_refs=refs)
     typer.echo(f"wrote {len(prompt) * len(seed_list)} images and {grid}")

@@ -230,12 +230,14 @@ def sample_run(
     seeds: list[int] | None = None,
     steps: int | None = None,
     cfg_scale: float | None = None,
+    style_refs: list[tuple[Path, float]] | None = None,
 ) -> Path:
     """Sample a run's checkpoint the way its trainer does and write ``out/grid.png`` (the
     prompts written under their rows, settings in ``grid.json``) and one PNG per image,
     ``p<row>-s<seed>.png``. ``steps``/``cfg_scale`` None: the stage's own sampling (a
-    distilled student's steps without CFG), else 20 steps at CFG 2. Shows progress (a bar
-    on a terminal). Returns the grid's path."""
+    distilled student's steps without CFG), else 20 steps at CFG 2. ``style_refs``:
+    (image, strength) references for a style stage's module. Shows progress (a bar on a
+    terminal). Returns the grid's path."""
     from PIL import Image
 
     from krea2.infra.progress import progress
@@ -252,10 +254,11 @@ def sample_run(
     own = stage_sampling(job.stages[index]) or {"steps": 20, "cfg": 2.0}
     steps = own["steps"] if steps is None else steps
     cfg_scale = own["cfg"] if cfg_scale is None else cfg_scale
+    style = _style_inputs(job, index, style_refs) if style_refs else None
     module = load_stage_module(job, index, trained=True, step=step)
     with progress(f"sample {name}", steps * len(seeds), unit="step") as bar:
         images = sample_module(
-            job, index, module, prompts, seeds, steps, cfg_scale, on_step=bar.advance
+            job, index, module, prompts, seeds, steps, cfg_scale, on_step=bar.advance, style=style
         )
     out.mkdir(parents=True, exist_ok=True)
     for i in range(len(prompts)):
@@ -269,5 +272,33 @@ def sample_run(
         "steps": steps,
         "cfg": cfg_scale,
         "conditioning": conditioning_record(job, job.stages[index]),
+        "style_refs": [[str(p), s] for p, s in style_refs or []],
     }
     return save_grid(images, prompts, out / "grid.png", info)
+
+
+def _style_inputs(
+    job: JobConfig, index: int, refs: list[tuple[Path, float]]
+) -> tuple[Tensor, Tensor]:
+    """(latents [1, R, C, h, w], strengths [1, R]) of ``refs`` at the stage's resolution;
+    UserError (before the DiT loads) when the stage trains no style module, a reference
+    is unreadable, or there are more than its module takes."""
+    import torch
+
+    from krea2.dit import style_reference_latents
+    from krea2.trainer.style_settings import style_settings_of
+
+    stage = job.stages[index]
+    settings = style_settings_of(stage)
+    if settings is None:
+        raise UserError(
+            f'--style-ref needs a style stage (objective = "style"); stage {stage.name!r} '
+            f"trains {stage.objective!r}"
+        )
+    if len(refs) > settings.max_refs:
+        raise UserError(f"{len(refs)} --style-ref given; stage {stage.name!r} takes at most "
+                        f"{settings.max_refs}")  # fmt: skip
+    ae = build_autoencoder(job.model, torch.device("cpu"))
+    side = stage.resolution
+    latents = style_reference_latents([path for path, _ in refs], ae, (side, side))
+    return latents, torch.tensor([[s for _, s in refs]], dtype=torch.float32)
