@@ -166,6 +166,7 @@ def test_summary_has_every_stage_and_curation_metrics(demo):
         "rl",
         "chain",
         "turbo",
+        "style",
         "expander",
     } <= set(summary["stages"])
     curation = summary["curation"]
@@ -317,3 +318,24 @@ def test_report_renders_in_headless_chromium(demo):
     headings = ("Curation funnel", "ShapesEval on held-out prompts", "Training loss")
     for heading in (*headings, "Preference optimization"):
         assert heading in rendering.dom
+
+
+def test_style_variants_train_on_raw_and_are_measured(demo):
+    from krea2.dit import load_style_module
+    from krea2.trainer import stage_style_path
+
+    style = json.loads((demo / "summary.json").read_text())["style"]
+    assert {"none", "R", "S", "O", "strength", "mixing", "checks"} <= set(style)
+    for key in ("none", "R", "S", "O"):
+        m = style[key]["mean"]
+        assert 0 <= m["similarity"] <= 1 and 0 <= m["leaked"] <= 1 and 0 <= m["content"] <= 1
+    for key in ("R", "S", "O"):
+        d = style[key]["vs_none"]["content"]
+        assert d["se"] >= 0
+        module = load_style_module(stage_style_path(demo / "style" / f"variant-{key}", "style"))
+        assert module.cfg.tokens == 4
+    # s = 0 removes the reference exactly: the same pixels as raw without one
+    assert style["strength"]["sweep"]["0.0"]["identical_to_none"] == 1.0
+    assert {"leakage", "style", "content", "strength", "mixing"} <= set(style["checks"])
+    section = (demo / "report.html").read_text().split("<h2>Style reference")[1].split("<h2>")[0]
+    assert "S: self-supervised" in section and "Held-out references" in section

@@ -32,8 +32,8 @@ def test_stage_names_follow_the_recipe():
     names = stage_names(load_demo_config(True))
     assert names[:3] == ["shards", "pool", "curate"]
     assert [n for n in names if n.startswith("export-")] == ["export-32", "export-64"]
-    assert names[-8:] == ["sft-merge", "preference-stpo", "preference-dpo", "rl", "chain",
-                          "turbo", "expander", "report"]  # fmt: skip
+    assert names[-9:] == ["sft-merge", "preference-stpo", "preference-dpo", "rl", "chain",
+                          "turbo", "style", "expander", "report"]  # fmt: skip
 
 
 def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):

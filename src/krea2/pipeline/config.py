@@ -23,7 +23,7 @@ from krea2.infra import ConfigError, UserError, load_config
 from krea2.rl.distill import TdmConfig
 from krea2.rl.online import RlStageSettings
 from krea2.rl.preference import PreferenceStageSettings
-from krea2.trainer import JobConfig
+from krea2.trainer import JobConfig, ReferenceMode, StyleSettings
 
 RECIPES = ("demo.toml", "demo-quick.toml")
 # The preference stage samples (pairs and its evaluation) as ShapesEval does: these
@@ -111,6 +111,48 @@ class TurboStageSettings:
             raise ValueError(f"lr={self.lr} must be positive")
 
 
+def _demo_style_module() -> StyleSettings:
+    return StyleSettings(reference=ReferenceMode.INPAINT_SHUFFLE)
+
+
+@dataclass
+class StyleStageSettings:
+    """How big the style stage is (a demo recipe's ``[style]`` table); the objective is the
+    trainer's ``style``, its settings :class:`~krea2.trainer.StyleSettings`
+    (``[style.module]``), whose ``reference`` is variant S's (R and O are fixed:
+    ``reconstruct`` and ``paired``).
+
+    Training: each of ``variants`` (letters R, S, O) for ``steps`` steps of ``batch_size``
+    of ``train_images`` styled one-object scenes at ``lr``, drawn from ``seed`` with
+    ``object_styles``. Evaluation: ``eval_cases`` held-out prompt x reference cases at
+    ``[eval]``'s seeds and steps; S's ``strengths`` sweep and its mixing at weights
+    ``mix``; the toy CSD trained for ``csd_steps``."""
+
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 1e-3
+    train_images: int = 2048
+    seed: int = 11
+    object_styles: list[str] = field(default_factory=lambda: ["filled"])
+    variants: list[str] = field(default_factory=lambda: ["R", "S", "O"])
+    eval_cases: int = 24
+    strengths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    mix: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    csd_steps: int = 250
+    module: StyleSettings = field(default_factory=_demo_style_module)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "train_images", "eval_cases", "csd_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not set(self.variants) <= {"R", "S", "O"} or not self.variants:
+            raise ValueError(f"variants={self.variants} must be letters of R, S, O")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+        if any(s < 0 for s in self.strengths) or any(not 0 <= a <= 1 for a in self.mix):
+            raise ValueError("strengths must be >= 0 and mix weights in [0, 1]")
+
+
 # What the full recipe reaches, said next to a smoke run's scores (README, docs/benchmarks.md).
 FULL_DEMO_RESULT = (
     "the full demo (`krea2 demo`, 760 + 560 pretraining steps, 20-30 minutes on 2 cores) "
@@ -138,6 +180,8 @@ class DemoConfig:
     expander: ExpanderStageSettings = field(default_factory=ExpanderStageSettings)
     # After raw: TDM into a few-step student without CFG (Turbo).
     turbo: TurboStageSettings = field(default_factory=TurboStageSettings)
+    # After raw: a style-reference module on it, trained three ways (R, S, O).
+    style: StyleStageSettings = field(default_factory=StyleStageSettings)
 
 
 def packaged_recipe(quick: bool) -> resources_abc.Traversable:

@@ -68,8 +68,8 @@ def stage_names(cfg: DemoConfig) -> list[str]:
 def _stages(runner: StageRunner, cfg: DemoConfig, out: Path) -> dict:
     """Run every stage of :func:`~krea2.pipeline.recipe.demo_stages` in order, then the
     report; print each stage's closing lines. Returns the summary."""
-    from krea2.pipeline.demo_run import DemoRun
-    from krea2.pipeline.recipe import demo_stages, write_report
+    from krea2.pipeline.demo_run import DemoRun, write_report
+    from krea2.pipeline.recipe import demo_stages
 
     demo, stages = DemoRun(cfg, out), demo_stages(cfg)
     for stage in stages:

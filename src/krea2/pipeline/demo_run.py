@@ -1,11 +1,13 @@
 """What the demo's stages share and how one is declared: :class:`DemoRun` (the recipe, the
-output folder, the held-out evaluation, each finished stage's result) and
-:class:`DemoStage` (name, what it does, run, summary, report sections, closing lines).
+output folder, the held-out evaluation, each finished stage's result),
+:class:`DemoStage` (name, what it does, run, summary, report sections, closing lines) and
+:func:`write_report`, which builds report.html and summary.json from the stages.
 :func:`krea2.pipeline.recipe.demo_stages` lists them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,3 +72,43 @@ class DemoStage:
     lines: Callable[[DemoRun], list[str]] | None = None
     always: bool = False
     leads: bool = False
+
+
+INTRO = (
+    '<p class="note">The Krea 2 pipeline at toy scale: a defect-laden ShapesWorld pool '
+    "curated by krablet workers on embedded PostgreSQL shards, exported as Parquet shards at "
+    "two resolutions, a tiny single-stream DiT pretrained on them and scored with the rubric "
+    "verifier, then post-trained in one chain — domain SFTs merged, STPO on on-policy "
+    "pairs, RL without CFG — into the final model (raw), distilled by TDM into a few-step "
+    "student without CFG (Turbo) and given a style-reference module, with the prompt "
+    "expander in front of raw; the ablations (Diffusion-DPO, the other merges) branch off "
+    "the chain model they ablate.</p>"
+)
+
+
+def write_report(
+    demo: DemoRun, stages: list[DemoStage], timings: list[tuple[str, float]], note: str | None
+) -> dict:
+    """Write ``out/report.html`` and ``out/summary.json`` from each stage's own summary
+    and sections (a leading stage's first); returns the summary.
+    ``note`` (a smoke run's warning) goes at the top of both."""
+    from krea2.pipeline import html
+
+    ordered = [s for s in stages if s.leads] + [s for s in stages if not s.leads]
+    summary: dict = {"note": note} if note else {}
+    sections = []
+    for stage in ordered:
+        if stage.leads and stage.summary is not None:
+            summary.update(stage.summary(demo))
+    summary["stages"] = {name: round(sec, 1) for name, sec in timings}
+    for stage in ordered:
+        if not stage.leads and stage.summary is not None:
+            summary.update(stage.summary(demo))
+        if stage.sections is not None:
+            sections += stage.sections(demo)
+    timing = html.table(["stage", "seconds"], [[n, f"{s:.1f}"] for n, s in timings])
+    sections.append(("Stage times", timing))
+    intro = (f'<p class="warning">{html.escape(note)}</p>' if note else "") + INTRO
+    (demo.out / "report.html").write_text(html.page("krea2 demo report", sections, intro))
+    (demo.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

@@ -9,7 +9,6 @@ measurement leads the summary and the report.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import numpy as np
@@ -27,6 +26,8 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
         preference,
         rl_stage,
         sft_merge,
+        style_report,
+        style_stage,
         turbo_report,
         turbo_stage,
     )
@@ -178,6 +179,19 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
             lines=lambda d: turbo_report.summary_lines(d.results[turbo_stage.STAGE]),
         ),
         DemoStage(
+            style_stage.STAGE,
+            style_stage.WHAT,
+            _style,
+            summary=lambda d: {"style": style_report.summary(d.results[style_stage.STAGE])},
+            sections=lambda d: [
+                (
+                    "Style reference on raw: reconstruction, self-supervised, oracle",
+                    style_report.report_section(d.results[style_stage.STAGE], _upscale()),
+                )
+            ],
+            lines=lambda d: style_report.summary_lines(d.results[style_stage.STAGE]),
+        ),
+        DemoStage(
             expander_stage.STAGE,
             expander_stage.WHAT,
             lambda d: expander_stage.run_demo_stage(
@@ -198,45 +212,6 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
             lines=lambda d: [expander_stage.summary_line(d.results[expander_stage.STAGE])],
         ),
     ]
-
-
-INTRO = (
-    '<p class="note">The Krea 2 pipeline at toy scale: a defect-laden ShapesWorld pool '
-    "curated by krablet workers on embedded PostgreSQL shards, exported as Parquet shards at "
-    "two resolutions, a tiny single-stream DiT pretrained on them and scored with the rubric "
-    "verifier, then post-trained in one chain — domain SFTs merged, STPO on on-policy "
-    "pairs, RL without CFG — into the final model (raw), distilled by TDM into a few-step "
-    "student without CFG (Turbo), with the prompt expander in front of raw; the ablations "
-    "(Diffusion-DPO, the other merges) branch off the chain model they ablate.</p>"
-)
-
-
-def write_report(
-    demo: DemoRun, stages: list[DemoStage], timings: list[tuple[str, float]], note: str | None
-) -> dict:
-    """Write ``out/report.html`` and ``out/summary.json`` from each stage's own summary and
-    sections (:mod:`krea2.pipeline.recipe`; a leading stage's first); returns the summary.
-    ``note`` (a smoke run's warning) goes at the top of both."""
-    from krea2.pipeline import html
-
-    ordered = [s for s in stages if s.leads] + [s for s in stages if not s.leads]
-    summary: dict = {"note": note} if note else {}
-    sections = []
-    for stage in ordered:
-        if stage.leads and stage.summary is not None:
-            summary.update(stage.summary(demo))
-    summary["stages"] = {name: round(sec, 1) for name, sec in timings}
-    for stage in ordered:
-        if not stage.leads and stage.summary is not None:
-            summary.update(stage.summary(demo))
-        if stage.sections is not None:
-            sections += stage.sections(demo)
-    timing = html.table(["stage", "seconds"], [[n, f"{s:.1f}"] for n, s in timings])
-    sections.append(("Stage times", timing))
-    intro = (f'<p class="warning">{html.escape(note)}</p>' if note else "") + INTRO
-    (demo.out / "report.html").write_text(html.page("krea2 demo report", sections, intro))
-    (demo.out / "summary.json").write_text(json.dumps(summary, indent=1))
-    return summary
 
 
 def _pref(kind: str) -> str:
@@ -379,6 +354,17 @@ def _turbo(d: DemoRun) -> dict:
         cached,
         turbo_stage.free_prompts(d.held_out),
     )
+
+
+def _style(d: DemoRun) -> dict:
+    """A style module on raw, trained three ways and measured on held-out prompts x
+    held-out references at [eval]'s seeds and steps, raw without CFG."""
+    from krea2.pipeline import rl_stage, style_stage
+
+    ev = d.cfg.eval
+    return style_stage.run_demo_stage(d.cfg.style, d.model(rl_stage.STAGE), d.out / "style",
+                                      list(d.split.train), d.held_out, list(ev.seeds),
+                                      ev.steps)  # fmt: skip
 
 
 def run_order(stages: list[DemoStage]) -> list[str]:

@@ -54,7 +54,7 @@ def long_caption(scene: Scene) -> str:
     objs = _reading_order(scene)
     n = len(objs)
     parts = [
-        f"The image shows {NUMBER_WORDS[n]} {plural('shape', n)} on "
+        f"The image shows {NUMBER_WORDS[n]} {plural('shape', n)}{_drawn(scene, ' ')} on "
         f"{background_phrase(scene.background)}."
     ]
     parts += [f"{where(o.cell).capitalize()} there is {_object(o, True)}." for o in objs]
@@ -70,13 +70,33 @@ def long_caption(scene: Scene) -> str:
     return " ".join(parts)
 
 
+def _placed_objects(scene: Scene) -> str:
+    """ "A red circle in the top left and a blue square at the bottom" (reading order)."""
+    return _join([f"{_object(o, False)} {where(o.cell)}" for o in _reading_order(scene)])
+
+
+def _drawn(scene: Scene, sep: str) -> str:
+    """How the objects are drawn, when not filled (filled scenes' captions are unchanged)."""
+    return f"{sep}drawn as outlines" if scene.object_style == "outlined" else ""
+
+
+def _word_clause(scene: Scene) -> str:
+    return f', with the word "{scene.word.text}"' if scene.word is not None else ""
+
+
 def medium_caption(scene: Scene) -> str:
     """One sentence: objects with colour, shape and cell, then the background."""
-    objs = [f"{_object(o, False)} {where(o.cell)}" for o in _reading_order(scene)]
-    text = f"{_join(objs).capitalize()}, on {background_phrase(scene.background)}"
-    if scene.word is not None:
-        text += f', with the word "{scene.word.text}"'
-    return text + "."
+    text = f"{_placed_objects(scene).capitalize()}{_drawn(scene, ', ')}, on "
+    text += background_phrase(scene.background)
+    return text + _word_clause(scene) + "."
+
+
+def content_prompt(scene: Scene) -> str:
+    """The medium caption without a word about style: objects with colour, shape and cell,
+    and the word, but neither the background nor how objects are drawn ("A red circle in
+    the top left and a blue square at the bottom."). The prompt of a style-reference
+    sample, whose style must come from the reference image."""
+    return _placed_objects(scene).capitalize() + _word_clause(scene) + "."
 
 
 def short_caption(scene: Scene) -> str:
@@ -95,6 +115,8 @@ def tags_caption(scene: Scene) -> str:
     n = len(scene.objects)
     tags = [*kinds, f"{n} {plural('shape', n)}", f"{scene.background.color} background"]
     tags.append(f"{scene.background.kind} background")
+    if scene.object_style == "outlined":
+        tags.append("outlined shapes")
     if scene.word is not None:
         tags.append(f'word "{scene.word.text}"')
     return ", ".join(tags)

@@ -15,6 +15,11 @@ from krea2.curate.shapes.spec import COLORS, SHAPES
 TEMPLATE = 32  # px side of the shape templates a component is compared with
 COLOR_DISTANCE = 70.0  # max RGB distance from a palette colour for a pixel to count as it
 MIN_AREA_OF_CELL = 0.03  # components smaller than this share of a cell are noise
+# Holes of at least this share of a component's silhouette are filled before its shape is
+# read: an outline's (>= 0.056 at 32-128 px), not the specks colour noise makes in a
+# filled shape (99% of them below 0.048), so filled reads stay as calibrated.
+HOLE_MIN_SHARE = 0.05
+RIM_DEPTH = 2.0  # px: a blend rim is at most twice this thick (see _is_blend_rim)
 # A shape read is "unclear" when the best template IoU beats the runner-up by less than
 # this: such an object meets no shape requirement (``verify``), instead of a coin flip.
 # Calibrated by ``verifier_validation`` (rerun: ``benchmarks/shapes_verifier.py``): on the
@@ -28,8 +33,11 @@ UNCLEAR_MARGIN = 0.065
 
 @dataclass(frozen=True)
 class DetectedObject:
-    """One connected component of one palette colour. ``bbox`` = (x, y, w, h) px,
-    ``centroid`` = (x, y) px, ``shape_scores`` = template IoU per shape."""
+    """One connected component of one palette colour. ``area`` = its pixels, ``bbox`` =
+    (x, y, w, h) px, ``centroid`` = (x, y) px, ``shape_scores`` = template IoU per shape (of
+    the component with its holes filled, so an outline reads as its shape); ``hole_share`` =
+    the share of that filled silhouette the component leaves out (~0 for a filled shape,
+    0.06-0.6 for an outline, see ``style_measures.object_style_of``)."""
 
     color: str
     shape: str
@@ -38,6 +46,7 @@ class DetectedObject:
     bbox: tuple[int, int, int, int]
     centroid: tuple[float, float]
     shape_scores: dict[str, float]
+    hole_share: float = 0.0
 
     @property
     def margin(self) -> float:
@@ -99,52 +108,89 @@ def color_labels(pixels: np.ndarray, max_distance: float = COLOR_DISTANCE) -> np
     return nearest.reshape(pixels.shape[:2])
 
 
+def fill_holes(mask: np.ndarray, min_share: float = 0.0) -> np.ndarray:
+    """(h, w) bool mask with its holes filled: the False regions that no 4-connected path
+    joins to the border (an outline's ring becomes its solid shape). Only holes of at least
+    ``min_share`` of the filled silhouette are filled."""
+    background = np.pad(~mask, 1, constant_values=True).astype(np.uint8)  # framed by 1s
+    cv2.floodFill(background, None, (0, 0), 2)  # 4-connected: the complement of 8-connected
+    holes = background[1:-1, 1:-1] == 1  # background the border never reached
+    if min_share > 0 and holes.any():
+        _, label, stats, _ = cv2.connectedComponentsWithStats(holes.astype(np.uint8), None, 4)
+        big = stats[:, cv2.CC_STAT_AREA] >= min_share * (mask.sum() + holes.sum())
+        big[0] = False  # label 0 is everything that is not a hole
+        holes = big[label]
+    return mask | holes
+
+
 def cell_of(x: float, y: float, width: int, height: int) -> int:
     col = min(2, max(0, int(3 * x / width)))
     row = min(2, max(0, int(3 * y / height)))
     return 3 * row + col
 
 
+def _is_blend_rim(component: np.ndarray, colour: np.ndarray, sizes: np.ndarray) -> bool:
+    """Whether a component (bool crop with a 1-px margin) is the rim where a larger object of
+    another colour blends into the background (orange on maroon passes through red): it is
+    at most ``2 × RIM_DEPTH`` px thick and touches a larger component of another colour
+    (``colour``: palette index per pixel of the crop, −1 none; ``sizes``: that component's
+    area per pixel). Objects never touch in a render, so a genuine one is never dropped."""
+    near = cv2.dilate(component.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+    own = int(component.sum())
+    if not np.any(near & (colour >= 0) & ~component & (sizes > own)):
+        return False
+    depth = cv2.distanceTransform(np.pad(component.astype(np.uint8), 1), cv2.DIST_L2, 3)
+    return float(depth.max()) <= RIM_DEPTH
+
+
 def detect_objects(
     pixels: np.ndarray, max_distance: float = COLOR_DISTANCE
 ) -> list[DetectedObject]:
-    """Objects in (h, w, 3) uint8 RGB ``pixels``, largest first."""
+    """Objects in (h, w, 3) uint8 RGB ``pixels``, largest first. A thin component that
+    touches a larger one of another colour is a blend rim, not an object (``_is_blend_rim``)."""
     h, w = pixels.shape[:2]
     labels = color_labels(pixels, max_distance)
     min_area = max(3, int(MIN_AREA_OF_CELL * (min(h, w) / 3) ** 2))
     names = list(COLORS)
     palette = np.asarray(list(COLORS.values()), np.float32)
-    found: list[DetectedObject] = []
+    sizes = np.zeros((h, w), np.int64)  # the area of each pixel's component
+    components = []
     for k in np.unique(labels):
         if k < 0:
             continue
         mask = (labels == k).astype(np.uint8)
         n, comp, stats, cents = cv2.connectedComponentsWithStats(mask, connectivity=8)
-        for i in range(1, n):
-            x, y, bw, bh, area = (int(v) for v in stats[i])
-            if area < min_area:
-                continue
-            # A 1-px margin catches the anti-aliased rim the colour threshold left out.
-            x0, y0, x1, y1 = max(0, x - 1), max(0, y - 1), min(w, x + bw + 1), min(h, y + bh + 1)
-            inside = comp[y0:y1, x0:x1] == i
-            cover = _coverage(pixels[y0:y1, x0:x1], inside, palette[k])
-            cover[(comp[y0:y1, x0:x1] > 0) & ~inside] = 0.0  # another component of this colour
-            rows, cols = np.nonzero(cover >= 0.25)
-            cover = cover[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
-            scores = classify_shape(cover)
-            cx, cy = float(cents[i][0]), float(cents[i][1])
-            # The bounding-box centre, not the centroid, decides the cell: a triangle's
-            # centroid sits low in its box.
-            cell = cell_of(x + bw / 2, y + bh / 2, w, h)
-            found.append(
-                DetectedObject(
-                    names[k],
-                    max(scores, key=scores.__getitem__),
-                    cell,
-                    area,
-                    (x, y, bw, bh),
-                    (cx, cy),
-                    scores,
-                )
+        sizes[comp > 0] = stats[comp[comp > 0], cv2.CC_STAT_AREA]
+        components += [(int(k), i, comp, stats[i], cents[i]) for i in range(1, n)]
+    found: list[DetectedObject] = []
+    for k, i, comp, stat, cent in components:
+        x, y, bw, bh, area = (int(v) for v in stat)
+        if area < min_area:
+            continue
+        # A 1-px margin catches the anti-aliased rim the colour threshold left out.
+        x0, y0, x1, y1 = max(0, x - 1), max(0, y - 1), min(w, x + bw + 1), min(h, y + bh + 1)
+        component = comp[y0:y1, x0:x1] == i
+        if _is_blend_rim(component, labels[y0:y1, x0:x1], sizes[y0:y1, x0:x1]):
+            continue
+        inside = fill_holes(component, HOLE_MIN_SHARE)  # an outline reads as its shape
+        cover = _coverage(pixels[y0:y1, x0:x1], inside, palette[k])
+        cover[(comp[y0:y1, x0:x1] > 0) & ~inside] = 0.0  # another component of this colour
+        rows, cols = np.nonzero(cover >= 0.25)
+        cover = cover[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        scores = classify_shape(cover)
+        # The bounding-box centre, not the centroid, decides the cell: a triangle's
+        # centroid sits low in its box.
+        cell = cell_of(x + bw / 2, y + bh / 2, w, h)
+        found.append(
+            DetectedObject(
+                names[k],
+                max(scores, key=scores.__getitem__),
+                cell,
+                area,
+                (x, y, bw, bh),
+                (float(cent[0]), float(cent[1])),
+                scores,
+                1.0 - float(component.sum()) / float(inside.sum()),
             )
+        )
     return sorted(found, key=lambda o: -o.area)

@@ -17,6 +17,7 @@ from krea2.curate.shapes.spec import (
 )
 
 TEXTURE_AMPLITUDE = 14.0  # grey levels: visible, but far below any object colour distance
+OUTLINE_STROKE = 0.22  # an outlined shape's stroke, as a share of its side (survives 64 px)
 
 
 def _background(bg: Background, width: int, height: int) -> np.ndarray:
@@ -33,7 +34,8 @@ def _background(bg: Background, width: int, height: int) -> np.ndarray:
             else np.broadcast_to(ramp[None, :, :], (height, width, 3))
         )
     elif bg.kind == "texture":
-        coarse = np.random.default_rng(bg.seed).uniform(-1, 1, (6, 6)).astype(np.float32)
+        grid = (bg.frequency, bg.frequency)
+        coarse = np.random.default_rng(bg.seed).uniform(-1, 1, grid).astype(np.float32)
         smooth = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
         img = base + TEXTURE_AMPLITUDE * smooth[:, :, None]
     else:
@@ -72,6 +74,29 @@ def draw_shape(draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, ...], fi
         draw.polygon(shape_polygon(shape, box), fill=fill)  # type: ignore[arg-type]
 
 
+def draw_outlined(
+    canvas: Image.Image, shape: str, box: tuple[float, float, float, float], fill: tuple
+) -> None:
+    """Draw ``shape`` in ``box`` as an outline on ``canvas`` (in place): the filled shape
+    less its inset by ``OUTLINE_STROKE`` × the box side, so the outer silhouette is the
+    filled shape's and the inside keeps the background."""
+    x0, y0 = max(0, int(np.floor(box[0])) - 1), max(0, int(np.floor(box[1])) - 1)
+    x1 = min(canvas.width, int(np.ceil(box[2])) + 2)
+    y1 = min(canvas.height, int(np.ceil(box[3])) + 2)
+    if x1 <= x0 or y1 <= y0:
+        return
+    mask = Image.new("L", (x1 - x0, y1 - y0), 0)
+    local = (box[0] - x0, box[1] - y0, box[2] - x0, box[3] - y0)
+    draw_shape(ImageDraw.Draw(mask), shape, local, 255)
+    filled = np.asarray(mask) > 127
+    # Distance to the outside (beyond the crop counts as outside): the inset is where it
+    # exceeds the stroke, so corners stay sharp and every side gets the same stroke.
+    padded = np.pad(filled.astype(np.uint8), 1)
+    depth = cv2.distanceTransform(padded, cv2.DIST_L2, 5)[1:-1, 1:-1]
+    ring = filled & (depth <= OUTLINE_STROKE * (box[2] - box[0]))
+    canvas.paste(fill, (x0, y0), Image.fromarray(ring.astype(np.uint8) * 255))
+
+
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     return ImageFont.load_default(size=max(1, size))
 
@@ -80,7 +105,8 @@ def render(scene: Scene, width: int, height: int, supersample: int | None = None
     """Render ``scene`` → (height, width, 3) uint8 RGB.
 
     Shapes are drawn at ``supersample``× (default: 4 below 128 px, else 2) and area-averaged
-    down, so edges are anti-aliased even at 32×32.
+    down, so edges are anti-aliased even at 32×32; ``scene.object_style == "outlined"``
+    draws each as a ring of ``OUTLINE_STROKE`` × its side (``draw_outlined``).
     """
     if width < 8 or height < 8:
         raise ValueError(f"render size {width}x{height} is too small (minimum 8x8)")
@@ -89,7 +115,10 @@ def render(scene: Scene, width: int, height: int, supersample: int | None = None
     canvas = Image.fromarray(_background(scene.background, W, H))
     draw = ImageDraw.Draw(canvas)
     for obj in scene.objects:
-        draw_shape(draw, obj.shape, object_box(obj, W, H), COLORS[obj.color])
+        if scene.object_style == "outlined":
+            draw_outlined(canvas, obj.shape, object_box(obj, W, H), COLORS[obj.color])
+        else:
+            draw_shape(draw, obj.shape, object_box(obj, W, H), COLORS[obj.color])
     if scene.word is not None:
         row, col = divmod(scene.word.cell, 3)
         cw, ch = W / 3, H / 3

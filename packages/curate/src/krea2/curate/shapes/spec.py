@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,6 +45,12 @@ SCENE_BACKGROUND_COLORS: tuple[str, ...] = (
 )
 STYLE_BACKGROUND_COLORS: tuple[str, ...] = ("maroon", "teal")
 BACKGROUND_KINDS: tuple[str, ...] = ("solid", "gradient", "texture")
+GRADIENT_DIRECTIONS: tuple[str, ...] = ("vertical", "horizontal")
+# Side of the texture's coarse noise grid: higher is finer (6 is the world's texture).
+TEXTURE_FREQUENCIES: tuple[int, int] = (2, 32)
+# How objects are drawn: filled, or as a thick outline (stroke = OUTLINE_STROKE × the
+# shape's side) whose inside shows the background.
+OBJECT_STYLES: tuple[str, ...] = ("filled", "outlined")
 TEXT_COLOR: tuple[int, int, int] = (255, 255, 255)
 
 # Shape side as a share of the cell's shorter side.
@@ -95,17 +102,29 @@ class ShapeObject:
 class Background:
     """``solid`` uses ``color``; ``gradient`` blends ``color`` → ``color2`` along ``direction``
     (``vertical`` or ``horizontal``); ``texture`` adds smooth low-amplitude noise from
-    ``seed`` to ``color``."""
+    ``seed`` to ``color``, drawn on a coarse ``frequency`` × ``frequency`` grid (2..32;
+    higher is finer) and smoothly upsampled."""
 
     kind: str = "solid"
     color: str = "black"
     color2: str | None = None
     direction: str = "vertical"
     seed: int = 0
+    frequency: int = 6
 
     def __post_init__(self) -> None:
         if self.kind not in BACKGROUND_KINDS:
             raise ValueError(f"background kind {self.kind!r} is not one of {BACKGROUND_KINDS}")
+        if self.direction not in GRADIENT_DIRECTIONS:
+            raise ValueError(
+                f"gradient direction {self.direction!r} is not one of {GRADIENT_DIRECTIONS}"
+            )
+        lo, hi = TEXTURE_FREQUENCIES
+        if isinstance(self.frequency, bool) or not isinstance(self.frequency, numbers.Integral):
+            raise ValueError(f"texture frequency {self.frequency!r} is not an int in {lo}..{hi}")
+        object.__setattr__(self, "frequency", int(self.frequency))  # numpy ints → JSON-able
+        if not lo <= self.frequency <= hi:
+            raise ValueError(f"texture frequency {self.frequency} is not in {lo}..{hi}")
         for c in (self.color, self.color2):
             if c is not None and c not in BACKGROUND_COLORS:
                 raise ValueError(f"background color {c!r} is not one of {tuple(BACKGROUND_COLORS)}")
@@ -123,19 +142,33 @@ class Word:
 
 @dataclass(frozen=True)
 class Scene:
-    """A ShapesWorld scene: 1–9 objects in distinct cells, a background, an optional word."""
+    """A ShapesWorld scene: 1–9 objects in distinct cells, a background, an optional word;
+    ``object_style`` (one of ``OBJECT_STYLES``) says how every object is drawn."""
 
     objects: tuple[ShapeObject, ...]
     background: Background = field(default_factory=Background)
     word: Word | None = None
+    object_style: str = "filled"
 
     def __post_init__(self) -> None:
         cells = [o.cell for o in self.objects] + ([self.word.cell] if self.word else [])
         if len(set(cells)) != len(cells):
             raise ValueError(f"objects and word must occupy distinct cells, got {cells}")
+        if self.object_style not in OBJECT_STYLES:
+            raise ValueError(f"object style {self.object_style!r} is not one of {OBJECT_STYLES}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The scene as JSON-ready data. The style fields added after the first release
+        (``background.frequency``, ``object_style``) are left out at their defaults, so a
+        scene that does not use them has the same JSON (captions, pool metadata) as before."""
+        d = asdict(self)
+        for key, default in _LATER_DEFAULTS["background"].items():
+            if d["background"][key] == default:
+                del d["background"][key]
+        for key, default in _LATER_DEFAULTS["scene"].items():
+            if d[key] == default:
+                del d[key]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -154,8 +187,15 @@ class Scene:
         )
         background = Background(**d.get("background", {}))
         word = Word(**d["word"]) if d.get("word") else None
-        return cls(objects, background, word)
+        return cls(objects, background, word, d.get("object_style", "filled"))
 
     @classmethod
     def from_json(cls, text: str) -> Scene:
         return cls.from_dict(json.loads(text))
+
+
+# Fields added after the first release, with the defaults that reproduce it (Scene.to_dict).
+_LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "background": {"frequency": 6},
+    "scene": {"object_style": "filled"},
+}
