@@ -160,9 +160,10 @@ def sft_job(job: JobConfig, index: int, domain: str, data: Path, s: SftMergeSett
 def content_prompt(concept: Concept) -> str:
     """The concept's medium caption without its background clause ("A red circle in the
     top left."): a prompt that names the content and leaves the style to the model."""
-    from krea2.curate.shapes import captions, concept_scene
+    from krea2.curate.shapes import concept_scene
+    from krea2.curate.shapes import content_prompt as scene_prompt
 
-    return captions(concept_scene(concept))["medium"].split(", on ")[0] + "."
+    return scene_prompt(concept_scene(concept))
 
 
 def style_prompts(train: list[Concept], domain: str, most: int) -> list[str]:
