@@ -126,7 +126,10 @@ class StyleStageSettings:
     of ``train_images`` styled one-object scenes at ``lr``, drawn from ``seed`` with
     ``object_styles``. Evaluation: ``eval_cases`` held-out prompt x reference cases at
     ``[eval]``'s seeds and steps; S's ``strengths`` sweep and its mixing at weights
-    ``mix``; the toy CSD trained for ``csd_steps``."""
+    ``mix`` on the first ``sweep_seeds`` seeds; the toy CSD trained for ``csd_steps``.
+    Captions: ``caption_weights`` over the rows' ``medium`` (colour, shape, position) and
+    ``short`` (colour and shape) captions, dropped at ``caption_dropout``: as real captions
+    leave things out, so a module that can copy the reference learns to."""
 
     steps: int = 300
     batch_size: int = 16
@@ -139,10 +142,14 @@ class StyleStageSettings:
     strengths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     mix: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     csd_steps: int = 250
+    sweep_seeds: int = 3
+    caption_weights: dict[str, float] = field(default_factory=lambda: {"medium": 0.5, "short": 0.5})
+    caption_dropout: float = 0.2
     module: StyleSettings = field(default_factory=_demo_style_module)
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "train_images", "eval_cases", "csd_steps"):
+        for name in ("steps", "batch_size", "train_images", "eval_cases", "csd_steps",
+                     "sweep_seeds"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if not set(self.variants) <= {"R", "S", "O"} or not self.variants:

@@ -3,7 +3,8 @@
 Training rows are one-object scenes of the *training* concepts drawn in random styles
 (:func:`krea2.curate.shapes.sample_style`), captioned by their content alone
 (:func:`~krea2.curate.shapes.content_prompt`: no word of background or object style, so
-the style must come from the reference), each with a ``reference`` column: another scene
+the style must come from the reference; and the ``short`` caption, colour and shape without
+the position, as real captions leave things out), each with a ``reference`` column: another scene
 in the same style (the oracle variant's reference; the other variants make theirs from
 the image itself). Style labels ride in ``meta`` for measurement only; the module never
 sees them.
@@ -27,6 +28,7 @@ from krea2.curate.shapes import (
     ShapeObject,
     StyleSpec,
     apply_style,
+    captions,
     concept_scene,
     content_prompt,
     render,
@@ -98,7 +100,10 @@ def write_style_shards(
                 "width": side,
                 "height": side,
                 "bucket": f"{side}x{side}",
-                "captions": [{"format": "medium", "text": prompt}],
+                "captions": [
+                    {"format": "medium", "text": prompt},
+                    {"format": "short", "text": captions(scene)["short"]},
+                ],
                 "meta": json.dumps({"scene": scene.to_dict()}),
                 "reference": _png(render(other, side, side)),
             }

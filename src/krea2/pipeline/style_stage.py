@@ -53,7 +53,8 @@ def train_variants(s: Any, base: tuple[JobConfig, int], work: Path, concepts: li
     for letter in s.variants:
         settings = replace(s.module, reference=modes[letter])
         job = style_job(job0, index, work / f"variant-{letter}", shards, settings, s.steps,
-                        s.batch_size, s.lr, keep_last=1)  # fmt: skip
+                        s.batch_size, s.lr, keep_last=1, caption_weights=s.caption_weights,
+                        caption_dropout=s.caption_dropout)  # fmt: skip
         t = time.perf_counter()
         train_style(job0, index, job)
         seconds[letter] = time.perf_counter() - t
@@ -71,8 +72,10 @@ class Sampler:
         self.module = load_stage_module(self.job, self.index)
         self.seeds, self.steps = seeds, steps
 
-    def __call__(self, path: Path, prompts: list[str], refs=None, strengths=None) -> np.ndarray:
-        """uint8 [P, S, H, W, 3]; ``refs`` latents [P, R, C, h, w], ``strengths`` [P, R]."""
+    def __call__(self, path: Path, prompts: list[str], refs=None, strengths=None,
+                 seeds: list[int] | None = None) -> np.ndarray:  # fmt: skip
+        """uint8 [P, S, H, W, 3]; ``refs`` latents [P, R, C, h, w], ``strengths`` [P, R];
+        ``seeds`` None: the sampler's."""
         import torch
 
         from krea2.infra.atomic import cached_array
@@ -82,7 +85,8 @@ class Sampler:
         if refs is not None:
             style = (refs, torch.as_tensor(np.asarray(strengths), dtype=torch.float32))
         return cached_array(path, lambda: sample_module(
-            self.job, self.index, self.module, prompts, self.seeds, self.steps, 0.0, style=style
+            self.job, self.index, self.module, prompts, seeds or self.seeds, self.steps, 0.0,
+            style=style,
         ))  # fmt: skip
 
 
@@ -149,7 +153,7 @@ def measure(s: Any, trained: dict, raw: tuple[JobConfig, int], work: Path, cases
     ones = [[1.0]] * len(cases)
     for letter, model in trained["models"].items():
         sampler = Sampler(model, seeds, steps)
-        images = sampler(work / f"{letter}-s1.npy", prompts, refs, ones)
+        images = sampler(work / f"{letter}-s1.0.npy", prompts, refs, ones)
         m = per_image_measures(images, cases, csd)
         result[letter] = {
             "mean": _mean(m),
@@ -158,12 +162,17 @@ def measure(s: Any, trained: dict, raw: tuple[JobConfig, int], work: Path, cases
         }
         if letter != "S":
             continue
+        # the sweep and the mixing on the first seeds: curves, not the verdicts above
+        few = seeds[: s.sweep_seeds]
+        n = len(few)
         sweep = {}
-        for strength in s.strengths:
-            images = sampler(work / f"S-s{strength}.npy", prompts, refs, [[strength]] * len(cases))
+        for strength in map(float, s.strengths):
+            path = work / f"S-s{strength}{'' if n == len(seeds) else f'-{n}seeds'}.npy"
+            images = sampler(path, prompts, refs, [[strength]] * len(cases), few)
             sweep[str(strength)] = _mean(per_image_measures(images, cases, csd))
             if strength == 0:
-                sweep[str(strength)]["identical_to_none"] = float(np.array_equal(images, base))
+                same = np.array_equal(images, base[:, :n])
+                sweep[str(strength)]["identical_to_none"] = float(same)
         xs = [float(k) for k in sweep]
         result["strength"] = {
             "sweep": sweep,
@@ -175,9 +184,9 @@ def measure(s: Any, trained: dict, raw: tuple[JobConfig, int], work: Path, cases
         pair = torch.cat([refs, other], dim=1)  # [P, 2, C, h, w]
         others = cases[1:] + cases[:1]
         mix = {}
-        for alpha in s.mix:
-            images = sampler(work / f"S-mix{alpha}.npy", prompts, pair,
-                             [[alpha, 1 - alpha]] * len(cases))  # fmt: skip
+        for alpha in map(float, s.mix):
+            images = sampler(work / f"S-mix{alpha}-{n}seeds.npy", prompts, pair,
+                             [[alpha, 1 - alpha]] * len(cases), few)  # fmt: skip
             a = per_image_measures(images, cases, csd)
             b = per_image_measures(images, others, csd)
             mix[str(alpha)] = {

@@ -77,9 +77,10 @@ class TrainModule(nn.Module):
             if style_refs is not None:
                 if self.style is None:
                     raise UserError("style references given to a module without a style module")
-                # keep_all: every rank's module gets a gradient, also when all its rows
-                # are at strength 0 (FSDP2 skips the reduce-scatter of a unit without one)
-                style = self.style(style_refs, style_strengths, keep_all=True)
+                # training keeps all: every rank's module gets a gradient, also when all
+                # its rows are at strength 0 (FSDP2 skips the reduce-scatter of a unit
+                # without one); sampling drops a reference at 0, so s = 0 is exact
+                style = self.style(style_refs, style_strengths, keep_all=self.training)
             v = self.dit.velocity(x_t, txt, t, mask, style=style)
             aux = None
             if irepa_target is not None and self._tap is not None:

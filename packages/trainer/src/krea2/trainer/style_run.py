@@ -29,13 +29,16 @@ def style_job(
     checkpoint_every: int = 0,
     keep_last: int = 2,
     name: str = "style",
+    caption_weights: dict[str, float] | None = None,
+    caption_dropout: float = 0.0,
 ) -> JobConfig:
     """``source``'s stages up to ``stage_index``, then stage ``name`` training a style
     module with ``settings`` on the image shards under ``shards`` (a ``reference`` column
     when ``settings.reference`` is ``paired``): ``steps`` steps of ``batch_size`` images at
-    ``lr`` (constant after no warmup), captions as the shards give them (``medium``, no
-    dropout), no LoRA, EMA or iREPA; checkpoints every ``checkpoint_every`` steps (0: at
-    the end), the newest ``keep_last`` kept. :func:`train_style` links and trains it."""
+    ``lr`` (constant after no warmup), captions drawn by ``caption_weights`` (None: the
+    ``medium`` one) and dropped at ``caption_dropout``, no LoRA, EMA or iREPA; checkpoints
+    every ``checkpoint_every`` steps (0: at the end), the newest ``keep_last`` kept.
+    :func:`train_style` links and trains it."""
     if not 0 <= stage_index < len(source.stages):
         raise UserError(f"stage_index={stage_index}: the source job has {len(source.stages)}")
     if steps < 1 or batch_size < 1 or not lr > 0:
@@ -46,8 +49,9 @@ def style_job(
     stage = replace(
         source.stages[stage_index], name=name, objective=STYLE_OBJECTIVE,
         settings=config_to_dict(settings), data=[f"{shards}/*.parquet"], eval_data=[],
-        steps=steps, batch_size=batch_size, lr=lr, caption_weights={"medium": 1.0},
-        caption_dropout=0.0, schedule=ScheduleConfig(warmup_steps=0), ema_decay=0.0,
+        steps=steps, batch_size=batch_size, lr=lr,
+        caption_weights=dict(caption_weights or {"medium": 1.0}),
+        caption_dropout=caption_dropout, schedule=ScheduleConfig(warmup_steps=0), ema_decay=0.0,
         irepa=IrepaConfig(), lora=LoraConfig(),
     )  # fmt: skip
     return continuation_job(source, stage_index, stage, run_dir,

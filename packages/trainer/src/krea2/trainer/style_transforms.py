@@ -69,28 +69,32 @@ def shuffle_tiles(pixels: Tensor, tiles: int, gen: torch.Generator) -> Tensor:
     return rows.permute(2, 0, 3, 1, 4).reshape(c, h, w).contiguous()
 
 
-def inpaint_salient(pixels: Tensor, threshold: float = 48.0) -> Tensor:
-    """pixels uint8 [3, H, W] with every pixel far (RGB distance > ``threshold``) from a
-    smooth background estimate replaced by that estimate.
+def inpaint_salient(pixels: Tensor, threshold: float = 48.0, grid: int = 12) -> Tensor:
+    """pixels uint8 [3, H, W] or [B, 3, H, W] with every pixel far (RGB distance >
+    ``threshold``) from a smooth background estimate replaced by that estimate.
 
     The estimate is a per-channel median over a window of ~60 % of the shorter side (every
-    object that covers less than half of such a window disappears from it), repeated once
-    at half the window to follow gradients; no labels are used. Small texture survives
-    the threshold, objects (saturated, far from the background) do not."""
-    x = pixels.float()[None]
-    _, _, h, w = x.shape
-    background = x
+    object that covers less than half of such a window disappears from it), repeated at
+    half the window to follow gradients, computed on a copy area-averaged down to about
+    ``grid`` px and upsampled bilinearly (a background is smooth; the cost no longer grows
+    with the image). No labels are used. Small texture survives the threshold, objects
+    (saturated, far from the background) do not."""
+    x = pixels.float() if pixels.ndim == 4 else pixels.float()[None]
+    h, w = x.shape[-2:]
+    f = max(1, min(h, w) // grid)
+    background = F.avg_pool2d(x, f, ceil_mode=True) if f > 1 else x
+    side = min(background.shape[-2:])
     for share in (0.6, 0.3):
-        k = max(3, int(min(h, w) * share) | 1)  # odd window
+        k = max(3, int(side * share) | 1)  # odd window
         pad = k // 2
         padded = F.pad(background, (pad, pad, pad, pad), mode="replicate")
-        # the median over a coarse sub-grid of the window: exact enough, k²/16 the cost
-        stride = max(1, k // 8)
-        patches = padded.unfold(2, k, 1).unfold(3, k, 1)[..., ::stride, ::stride]
+        patches = padded.unfold(2, k, 1).unfold(3, k, 1)  # [B, 3, h', w', k, k]
         background = patches.flatten(-2).median(dim=-1).values
+    if background.shape[-2:] != (h, w):
+        background = F.interpolate(background, size=(h, w), mode="bilinear", align_corners=False)
     distance = (x - background).square().sum(1, keepdim=True).sqrt()
-    out = torch.where(distance > threshold, background, x)
-    return out[0].round().clamp(0, 255).to(torch.uint8)
+    out = torch.where(distance > threshold, background, x).round().clamp(0, 255)
+    return out.to(torch.uint8) if pixels.ndim == 4 else out[0].to(torch.uint8)
 
 
 def style_references(
@@ -109,14 +113,14 @@ def style_references(
                 "reference mode 'paired' needs shards with a 'reference' column (image bytes)"
             )
         return paired
+    if mode is ReferenceMode.INPAINT_SHUFFLE:
+        pixels = inpaint_salient(pixels)  # the whole batch at once
     out = []
     for img, gen in zip(pixels, gens, strict=True):
         if mode is ReferenceMode.RECONSTRUCT:
             out.append(reconstruct_reference(img, gen))
-        elif mode is ReferenceMode.SHUFFLE:
-            out.append(shuffle_tiles(img, tiles, gen))
         else:
-            out.append(shuffle_tiles(inpaint_salient(img), tiles, gen))
+            out.append(shuffle_tiles(img, tiles, gen))
     return torch.stack(out)
 
 
