@@ -95,3 +95,17 @@ def test_an_interrupted_save_leaves_no_partial_png(tmp_path, monkeypatch):
         "001-seed1.png",
     ]
     assert Image.open(tmp_path / "001-seed1.png").size == (8, 8)
+
+
+def test_seeds_give_each_image_its_own_seed(toy):
+    from krea2.infra.errors import UserError
+
+    args = (toy, PromptEncoder(), PixelAE(), ["a", "b"], 16, 16)
+    assert torch.equal(
+        generate(*args, steps=2, cfg=0.0, seed=4), generate(*args, steps=2, cfg=0.0, seeds=[4, 5])
+    )
+    mixed = generate(*args, steps=2, cfg=0.0, seeds=[9, 3])
+    alone = generate(toy, PromptEncoder(), PixelAE(), ["b"], 16, 16, steps=2, cfg=0.0, seed=3)
+    torch.testing.assert_close(mixed[1], alone[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(UserError, match="1 seeds for 2 prompts"):
+        generate(*args, steps=2, cfg=0.0, seeds=[1])

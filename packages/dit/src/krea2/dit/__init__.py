@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.config import CONFIGS as CONFIGS
     from krea2.dit.config import DiTConfig as DiTConfig
     from krea2.dit.config import get_config as get_config
+    from krea2.dit.expander_client import expand_prompt as expand_prompt
     from krea2.dit.flops import cost as cost
     from krea2.dit.flops import format_flops as format_flops
     from krea2.dit.flops import param_count as param_count
@@ -35,6 +36,9 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.generation import generate as generate
     from krea2.dit.generation import parse_size as parse_size
     from krea2.dit.generation import save_pngs as save_pngs
+    from krea2.dit.image_requests import RequestLimits as RequestLimits
+    from krea2.dit.image_server import ImageServerConfig as ImageServerConfig
+    from krea2.dit.image_server import ImageServerThread as ImageServerThread
     from krea2.dit.model import Krea2DiT as Krea2DiT
     from krea2.dit.parallel import check_tp_degree as check_tp_degree
     from krea2.dit.parallel import fsdp_units as fsdp_units
@@ -59,6 +63,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.sampler import seeded_noise as seeded_noise
     from krea2.dit.sampler import with_cfg as with_cfg
     from krea2.dit.sampler import with_negative as with_negative
+    from krea2.dit.served_model import ServedModel as ServedModel
     from krea2.dit.style_module import StyleConfig as StyleConfig
     from krea2.dit.style_module import StyleModule as StyleModule
     from krea2.dit.style_module import StyleTokens as StyleTokens
@@ -129,6 +134,12 @@ _MODULE_OF = {
     "read_model_folder": "release",
     "SamplePlan": "sample_plan",
     "plan_sample": "sample_plan",
+    # serving (`krea2 dit serve`; the `serve` extra)
+    "ServedModel": "served_model",
+    "ImageServerConfig": "image_server",
+    "ImageServerThread": "image_server",
+    "RequestLimits": "image_requests",
+    "expand_prompt": "expander_client",
     # style references (docs/architecture.md, contract 9)
     "StyleConfig": "style_module",
     "StyleTokens": "style_module",

@@ -1,4 +1,4 @@
-"""`krea2 dit`: sample images, convert checkpoints, count FLOPs."""
+"""`krea2 dit`: sample and serve images, convert checkpoints, count FLOPs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # types only: the CLI imports torch lazily, in the commands t
     from krea2.dit.style_module import StyleTokens
 
 app = typer.Typer(
-    help="The Krea 2 DiT: sampling, checkpoint conversion, FLOP counts.\n\n"
+    help="The Krea 2 DiT: sampling, serving, checkpoint conversion, FLOP counts.\n\n"
     "Example: krea2 dit flops --config krea2-12b --size 1024x1024",
     no_args_is_help=True,
 )
@@ -203,6 +203,120 @@ def _style_tokens(
     strengths = torch.tensor([[s for _, s in refs]], device=device)
     with torch.no_grad():
         return module(latents.to(device, dtype), strengths)
+
+
+@app.command()
+def serve(
+    model: Path = typer.Option(
+        ..., help="A whole model folder (diffusers or native release layout), as for sample."
+    ),
+    host: str = typer.Option("127.0.0.1", help="Bind address; loopback by default."),
+    port: int = typer.Option(7460, help="TCP port."),
+    token: str = typer.Option(
+        None,
+        envvar="KREA2_DIT_TOKEN",
+        help="Bearer token (API key) clients must send; needed off loopback.",
+    ),
+    expander: str = typer.Option(
+        None,
+        help="OpenAI-compatible chat base URL (e.g. http://127.0.0.1:7450/v1 from "
+        "`krea2 expander serve`): each prompt is expanded first, returned as revised_prompt.",
+    ),
+    expander_model: str = typer.Option(None, help="Model name to ask the expander for."),
+    expander_timeout_s: float = typer.Option(30.0, help="Expander timeout; 502 beyond."),
+    max_batch: int = typer.Option(8, help="Most images per sampling call (1: no batching)."),
+    batch_wait_ms: float = typer.Option(
+        10.0, help="Longest a request waits for others of its shape to join its batch."
+    ),
+    size: str = typer.Option("1024x1024", help="Size of requests that give none."),
+    max_n: int = typer.Option(8, help="Most images per request."),
+    max_steps: int = typer.Option(100, help="Most Euler steps a request may ask for."),
+    max_side: int = typer.Option(2048, help="Largest width or height in pixels."),
+    max_body_bytes: int = typer.Option(16 * 2**20, help="Largest request body (413 beyond)."),
+    keep_images: int = typer.Option(256, help="PNGs kept for response_format=url."),
+    text_tokens: int = typer.Option(
+        None, help="Fixed text length T (default: recorded in the weights, else 512)."
+    ),
+    device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
+    dtype: str = typer.Option("auto", help="auto (bf16 on GPU, fp32 on CPU), fp32, bf16."),
+) -> None:
+    """Serve a model folder behind an OpenAI Images-compatible API.
+
+    POST /v1/images/generations takes prompt, n, size (WxH), response_format (b64_json or
+    url, then GET /v1/images/ID.png), seed, and steps, cfg, negative_prompt, turbo,
+    style_references ([{image: base64 PNG/JPEG, strength}], with a style.safetensors in the
+    folder). Concurrent requests of one shape are sampled together. GET /health, /metrics
+    (Prometheus). Loopback by default; a non-loopback --host needs --token (or
+    KREA2_DIT_TOKEN). SIGTERM finishes the accepted requests, then exits.
+
+    Example: krea2 dit serve --model tiny-model --size 32x32 --text-tokens 16 --port 7460
+
+    Then: curl -s localhost:7460/v1/images/generations -d '{"prompt": "a red circle"}'
+    """
+    from krea2.infra.errors import UserError
+    from krea2.infra.extras import import_extra
+
+    for module in ("fastapi", "uvicorn"):
+        import_extra(module, "serve", "krea2-dit")
+    from krea2.dit.image_requests import RequestLimits
+    from krea2.dit.image_server import TOKEN_ENV, ImageServerConfig
+    from krea2.dit.image_server import serve as run
+    from krea2.dit.served_model import ServedModel
+    from krea2.infra.serving import check_bind
+
+    check_bind(host, token, "the image server", TOKEN_ENV)  # before the model loads
+    for name, value in (
+        ("--max-batch", max_batch),
+        ("--max-n", max_n),
+        ("--max-steps", max_steps),
+        ("--max-side", max_side),
+        ("--max-body-bytes", max_body_bytes),
+        ("--keep-images", keep_images),
+    ):
+        if value < 1:
+            raise UserError(f"{name} {value} must be >= 1")
+    if batch_wait_ms < 0 or expander_timeout_s <= 0:
+        raise UserError("--batch-wait-ms must be >= 0 and --expander-timeout-s > 0")
+    limits = RequestLimits(
+        max_n=max_n, max_steps=max_steps, max_side=max_side, max_body_bytes=max_body_bytes
+    )
+    config = ImageServerConfig(
+        max_batch=max_batch,
+        batch_wait_ms=batch_wait_ms,
+        default_size=size,
+        token=token,
+        limits=limits,
+        keep_images=keep_images,
+        expander=expander,
+        expander_model=expander_model,
+        expander_timeout_s=expander_timeout_s,
+    )
+    _check_default_size(size, model, max_side)  # before the weights load
+    dev = _device(device)
+    served = ServedModel.load(model, text_tokens=text_tokens, device=dev, dtype=_dtype(dtype, dev))
+    typer.echo(
+        f"serving {model} ({served.plan.describe()}) on http://{host}:{port}/v1/images/generations",
+        err=True,
+    )
+    run(served, host, port, config)
+
+
+def _check_default_size(size: str, model: Path, max_side: int) -> None:
+    """UserError unless --size is a size a request to `model` could ask for."""
+    from krea2.dit.components import latent_space
+    from krea2.dit.generation import parse_size
+    from krea2.dit.release import read_dit_config
+    from krea2.dit.sample_plan import plan_sample
+    from krea2.infra.errors import UserError
+
+    w, h = parse_size(size)
+    plan = plan_sample(model=model)
+    multiple = latent_space(plan.autoencoder).factor * read_dit_config(plan.weights).patch
+    if w % multiple or h % multiple or max(w, h) > max_side:
+        raise UserError(
+            f"--size {size}: width and height must be multiples of {multiple} "
+            f"and at most --max-side {max_side}"
+        )
 
 
 @app.command()

@@ -59,8 +59,10 @@ def generate(
     batch_size: int | None = None,
     progress: bool = False,
     style: StyleTokens | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> Tensor:
-    """Images [B, 3, H, W] in [-1, 1] on the CPU; image i uses seed + i.
+    """Images [B, 3, H, W] in [-1, 1] on the CPU; image i uses seed + i, or `seeds[i]`
+    when `seeds` (one per prompt) is given (a server batching requests with their own seeds).
 
     `mu`: a fixed time shift, a `flow.TimeShift` rule, or None for the release's resolution
     line. `prediction`: what the DiT outputs, `velocity` or `x0` (turned into v with the
@@ -98,6 +100,9 @@ def generate(
     shift = mu if isinstance(mu, flow.TimeShift) else flow.TimeShift(fixed=mu)
     times = flow.sampling_times(steps, shift.mu(tokens))
     prompts = list(prompts)
+    seeds = list(seeds) if seeds is not None else [seed + i for i in range(len(prompts))]
+    if len(seeds) != len(prompts):
+        raise UserError(f"{len(seeds)} seeds for {len(prompts)} prompts; give one per prompt")
     size = batch_size or max(1, len(prompts))
     if size <= 0:
         raise UserError(f"batch size {batch_size} must be positive")
@@ -108,10 +113,10 @@ def generate(
     ) as bar:
         for start in starts:
             batch = prompts[start : start + size]
-            seeds = [seed + start + i for i in range(len(batch))]
+            noise = _noise(model, ae, seeds[start : start + len(batch)], width, height)
             velocity = _velocity(model, encoder, batch, cfg, negative, prediction, x0_min_t, style)
             latents = euler_sample(
-                velocity, _noise(model, ae, seeds, width, height), times,
+                velocity, noise, times,
                 on_step=lambda i, x: bar.advance(),
             )  # fmt: skip
             images.append(ae.decode(latents).float().cpu())

@@ -1,0 +1,151 @@
+"""A model folder loaded for serving: its settings as `krea2 dit sample` resolves them, and
+one call that samples a batch of images of one shape with their own seeds.
+
+The folder is read by :func:`krea2.dit.sample_plan.plan_sample` twice, as given and with
+Turbo's settings, so a request's ``turbo`` flag, steps and CFG default exactly as the
+sampler's flags do (a folder marked distilled samples in its own steps without CFG either
+way). A ``style.safetensors`` beside the DiT is loaded once and enables style references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from krea2.dit.sample_plan import SamplePlan, plan_sample
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from krea2.dit.autoencoder import Autoencoder
+    from krea2.dit.model import Krea2DiT
+    from krea2.dit.style_module import StyleModule, StyleTokens
+    from krea2.dit.text import TextEncoder
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the images of one sampling call share: the dynamic-batching key. ``negative``
+    is "" without CFG (it is not used then); ``style`` identifies the references and their
+    strengths ("" for none), which every image of the call shares."""
+
+    width: int
+    height: int
+    steps: int
+    cfg: float
+    turbo: bool = False
+    negative: str = ""
+    style: str = ""
+
+    def __str__(self) -> str:
+        guidance = f"CFG {self.cfg:g}" if self.cfg else "no CFG"
+        extra = (", turbo" if self.turbo else "") + (", style" if self.style else "")
+        return f"{self.width}x{self.height}, {self.steps} steps, {guidance}{extra}"
+
+
+@dataclass
+class ServedModel:
+    """The parts of a loaded model folder (see the module docstring)."""
+
+    name: str
+    plan: SamplePlan
+    turbo_plan: SamplePlan
+    net: Krea2DiT
+    encoder: TextEncoder
+    ae: Autoencoder
+    style_module: StyleModule | None = None
+
+    @classmethod
+    def load(
+        cls,
+        model: str | Path,
+        *,
+        text_tokens: int | None = None,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> ServedModel:
+        """Load the model folder ``model`` (diffusers or native release layout) on
+        ``device`` in ``dtype``; ``text_tokens`` overrides the text length T (default: the
+        weights' record, else 512). UserError for what `krea2 dit sample` refuses."""
+        from krea2.dit.components import load_autoencoder, load_text_encoder
+        from krea2.dit.style_module import load_style_module
+        from krea2.dit.weights import from_pretrained
+
+        plan = plan_sample(model=Path(model), text_tokens=text_tokens)
+        turbo_plan = plan_sample(model=Path(model), text_tokens=text_tokens, turbo=True)
+        net = from_pretrained(plan.weights, dtype=dtype, device=device)
+        encoder = load_text_encoder(plan.text_encoder, net.cfg, plan.text_tokens, dtype, device)
+        ae = load_autoencoder(plan.autoencoder, dtype, device)
+        style = None
+        if plan.style_module is not None:
+            style = load_style_module(plan.style_module, net.cfg, device=device, dtype=dtype)
+        return cls(Path(model).name, plan, turbo_plan, net, encoder, ae, style)
+
+    @property
+    def size_multiple(self) -> int:
+        """Widths and heights must be multiples of this (autoencoder factor x patch)."""
+        return self.ae.spatial_factor * self.net.cfg.patch
+
+    @property
+    def style_slots(self) -> int:
+        """How many style references a request may give (0: no style module)."""
+        return self.style_module.cfg.max_refs if self.style_module is not None else 0
+
+    def defaults(self, turbo: bool) -> tuple[int, float]:
+        """(steps, cfg) of a request that names neither."""
+        plan = self.turbo_plan if turbo else self.plan
+        return plan.steps, plan.cfg
+
+    def render(
+        self,
+        shape: Shape,
+        prompts: Sequence[str],
+        seeds: Sequence[int],
+        refs: Sequence[tuple[Image.Image, float]] = (),
+        batch_size: int | None = None,
+    ) -> np.ndarray:
+        """uint8 images [B, H, W, 3], image i from ``prompts[i]`` and ``seeds[i]`` (it does
+        not depend on the others, up to the float rounding of batched kernels); ``refs``:
+        the (image, strength) style references every image shares."""
+        from krea2.dit.generation import generate
+        from krea2.dit.pixel_ae import to_uint8
+
+        plan = self.turbo_plan if shape.turbo else self.plan
+        images = generate(
+            self.net,
+            self.encoder,
+            self.ae,
+            prompts,
+            shape.width,
+            shape.height,
+            steps=shape.steps,
+            cfg=shape.cfg,
+            mu=plan.time_shift,
+            negative=shape.negative,
+            prediction=plan.prediction,
+            x0_min_t=plan.x0_min_t,
+            batch_size=batch_size,
+            style=self._style_tokens(refs, (shape.width, shape.height)),
+            seeds=seeds,
+        )
+        return to_uint8(images).numpy()
+
+    def _style_tokens(
+        self, refs: Sequence[tuple[Image.Image, float]], size: tuple[int, int]
+    ) -> StyleTokens | None:
+        """The one-image style tokens of ``refs`` (None without references or when every
+        strength is 0: the exact path without style)."""
+        if not refs or self.style_module is None:
+            return None
+        from krea2.dit.style_refs import style_reference_latents
+
+        p = next(self.net.parameters())
+        latents = style_reference_latents([img for img, _ in refs], self.ae, size)
+        strengths = torch.tensor([[s for _, s in refs]], device=p.device)
+        with torch.no_grad():
+            return self.style_module(latents.to(p.device, p.dtype), strengths)
