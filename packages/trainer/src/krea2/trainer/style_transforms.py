@@ -21,17 +21,18 @@ from krea2.infra.errors import UserError
 
 
 class ReferenceMode(enum.StrEnum):
-    RECONSTRUCT = "reconstruct"  # the target, flipped and re-cropped: the leakage baseline
+    RECONSTRUCT = "reconstruct"  # the target, re-cropped: the leakage baseline
     SHUFFLE = "shuffle"  # the target's tiles shuffled, flipped and rotated
     INPAINT_SHUFFLE = "inpaint_shuffle"  # salient pixels painted over, then shuffled
     PAIRED = "paired"  # the row's own reference image (same style, other content)
 
 
 def reconstruct_reference(pixels: Tensor, gen: torch.Generator) -> Tensor:
-    """pixels uint8 [3, H, W] -> the same image, mirrored with probability ½ and cropped to
-    85-100 % of each side at a random place, resized back to [3, H, W] (area + bilinear)."""
+    """pixels uint8 [3, H, W] -> the same image cropped to 85-100 % of each side at a
+    random place, resized back to [3, H, W] (bilinear): IP-Adapter's training signal, the
+    target itself, so copying its content pays."""
     _, h, w = pixels.shape
-    out = pixels.flip(-1) if torch.rand((), generator=gen) < 0.5 else pixels
+    out = pixels
     share = 0.85 + 0.15 * float(torch.rand((), generator=gen))
     ch, cw = max(1, round(h * share)), max(1, round(w * share))
     top = int(torch.randint(0, h - ch + 1, (), generator=gen))
