@@ -95,7 +95,7 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
     if work is not None and (work / "references.npy").exists():
         grid = [("reference", [html.png_data_uri(upscale(im))
                                for im in np.load(work / "references.npy")[:8]])]  # fmt: skip
-        shown = (("none", "raw-no-ref"), ("R", "R-s1.0"), ("S", "S-s1.0"), ("O", "O-s1.0"))
+        shown = (("none", "none"), ("R", "R-s1.0"), ("S", "S-s1.0"), ("O", "O-s1.0"))
         for key, name in shown:
             if (work / f"{name}.npy").exists():
                 images = np.load(work / f"{name}.npy")[:8, 0]

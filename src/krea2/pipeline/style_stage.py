@@ -147,7 +147,10 @@ def measure(s: Any, trained: dict, raw: tuple[JobConfig, int], work: Path, cases
     side = job0.stages[raw[1]].resolution
     prompts = [c.prompt for c in cases]
     refs = encode_images(job0, np.stack([c.reference_pixels(side) for c in cases]))[:, None]
-    base = Sampler(raw, seeds, steps)(work / "raw-no-ref.npy", prompts)
+    # "none" is the variants' own base without a reference: raw as a style stage loads it
+    # (a LoRA raw's adapters merged), so s = 0 can be compared with it pixel for pixel
+    first = next(iter(trained["models"].values()))
+    base = Sampler(first, seeds, steps)(work / "none.npy", prompts)
     base_m = per_image_measures(base, cases, csd)
     result: dict[str, Any] = {"none": {"mean": _mean(base_m), "per_image": base_m}}
     ones = [[1.0]] * len(cases)
