@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -61,19 +62,22 @@ class TrainModule(nn.Module):
         irepa_target: Tensor | None = None,
         style_refs: Tensor | None = None,
         style_strengths: Tensor | None = None,
+        style_tokens: Any = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x_t [B, C, H, W] noised latents, t [B], captions (B strings) ->
         (velocity [B, C, H, W], iREPA loss (scalar) or None).
 
         ``irepa_target`` [B, enc_dim, H/p, W/p]: encoder patch features of the clean image.
         ``style_refs`` [B, R, C, h, w] reference latents with ``style_strengths`` [B, R]
-        (>= 0): the style module's tokens join the stream (needs ``self.style``).
+        (>= 0): the style module's tokens join the stream (needs ``self.style``);
+        ``style_tokens``: those tokens already made (``StyleTokens``; sampling makes them
+        once, not at every step).
         """
         enabled = self.autocast is not None
         with torch.autocast(x_t.device.type, dtype=self.autocast, enabled=enabled):
             txt, mask = self.text(captions)
             txt = txt.to(x_t.dtype)
-            style = None
+            style = style_tokens
             if style_refs is not None:
                 if self.style is None:
                     raise UserError("style references given to a module without a style module")

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from krea2.infra.errors import UserError
 from krea2.trainer.build import TrainModule
 from krea2.trainer.captions import choose_caption
 from krea2.trainer.data import ShardIndex, StepBatches
@@ -113,8 +114,12 @@ def sample_grid(
         refs = refs.to(dtype).expand(len(prompts), *refs.shape[1:])
         strengths = strengths.float().expand(len(prompts), strengths.shape[-1])
         copies = 2 if cfg_scale != 0 else 1
-        extra = {"style_refs": torch.cat([refs] * copies),
-                 "style_strengths": torch.cat([strengths] * copies)}  # fmt: skip
+        if module.style is None:
+            raise UserError("style references given to a module without a style module")
+        # the tokens do not depend on t: made once here, not by every step's forward
+        with torch.no_grad():
+            tokens = module.style(torch.cat([refs] * copies), torch.cat([strengths] * copies))
+        extra = {"style_tokens": tokens}
 
     def module_velocity(x, t):  # the module encodes its captions itself
         return module(x, t, captions, None, **extra)[0]
