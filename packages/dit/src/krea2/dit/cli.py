@@ -105,6 +105,11 @@ def sample(
         help="Style-reference module (.safetensors) made for this DiT (default: --model's "
         "style.safetensors).",
     ),
+    lora: list[str] = typer.Option(
+        None,
+        help="LoRA adapter FILE[:SCALE] (default scale 1): a .safetensors from `krea2 train "
+        "export` (diffusers, comfyui) or a diffusers LoRA folder; repeat to stack several.",
+    ),
 ) -> None:
     """Generate images from prompts and write PNGs.
 
@@ -120,10 +125,12 @@ def sample(
 
     Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
     --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
-    (add --style-ref ref.png:0.7 --style-module style.safetensors for a style reference)
+    (add --style-ref ref.png:0.7 --style-module style.safetensors for a style reference,
+    --lora maroon.safetensors:0.8 for an adapter)
     """
     from krea2.dit.components import load_autoencoder, load_text_encoder
     from krea2.dit.generation import generate, parse_size, save_pngs
+    from krea2.dit.lora_files import applied, load_lora, parse_lora_spec
     from krea2.dit.sample_plan import plan_sample
     from krea2.dit.weights import from_pretrained
 
@@ -134,6 +141,10 @@ def sample(
         cfg=cfg, style_module=style_module,
     )  # fmt: skip
     refs = _check_style_refs(style_ref or [], plan)  # before any weights load
+    adapters = []
+    for spec in lora or []:
+        _, path, scale = parse_lora_spec(spec)
+        adapters.append((load_lora(path), scale))
     dev = _device(device)
     dt = _dtype(dtype, dev)
     typer.echo(f"sampling {len(prompt)} image(s) with {plan.describe()}", err=True)
@@ -143,11 +154,14 @@ def sample(
     style = None
     if refs and plan.style_module is not None:  # _check_style_refs made sure there is one
         style = _style_tokens(refs, plan.style_module, net.cfg, autoenc, (w, h), dev, dt)
-    images = generate(
-        net, enc, autoenc, prompt, w, h, steps=plan.steps, cfg=plan.cfg, seed=seed,
-        mu=plan.time_shift, negative=negative, prediction=plan.prediction,
-        x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True, style=style,
-    )  # fmt: skip
+    for adapter, scale in adapters:
+        typer.echo(f"LoRA {adapter.name} (rank {adapter.rank}) at scale {scale:g}", err=True)
+    with applied(net, [(a.to(dev, dt), scale) for a, scale in adapters]):
+        images = generate(
+            net, enc, autoenc, prompt, w, h, steps=plan.steps, cfg=plan.cfg, seed=seed,
+            mu=plan.time_shift, negative=negative, prediction=plan.prediction,
+            x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True, style=style,
+        )  # fmt: skip
     for p in save_pngs(images, out, [seed + i for i in range(len(prompt))]):
         typer.echo(str(p))
 
@@ -239,15 +253,21 @@ def serve(
     ),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, ..."),
     dtype: str = typer.Option("auto", help="auto (bf16 on GPU, fp32 on CPU), fp32, bf16."),
+    lora: list[str] = typer.Option(
+        None,
+        help="LoRA adapter NAME=PATH that requests apply by name (loras: [{name, scale}]); "
+        "repeat for several. Loaded once; the base weights are never changed.",
+    ),
 ) -> None:
     """Serve a model folder behind an OpenAI Images-compatible API.
 
     POST /v1/images/generations takes prompt, n, size (WxH), response_format (b64_json or
     url, then GET /v1/images/ID.png), seed, and steps, cfg, negative_prompt, turbo,
     style_references ([{image: base64 PNG/JPEG, strength}], with a style.safetensors in the
-    folder). Concurrent requests of one shape are sampled together. GET /health, /metrics
-    (Prometheus). Loopback by default; a non-loopback --host needs --token (or
-    KREA2_DIT_TOKEN). SIGTERM finishes the accepted requests, then exits.
+    folder), loras ([{name, scale}] of the --lora adapters). Concurrent requests of one
+    shape are sampled together. GET /health, /metrics (Prometheus). Loopback by default; a
+    non-loopback --host needs --token (or KREA2_DIT_TOKEN). SIGTERM finishes the accepted
+    requests, then exits.
 
     Example: krea2 dit serve --model tiny-model --size 32x32 --text-tokens 16 --port 7460
 
@@ -261,6 +281,7 @@ def serve(
     from krea2.dit.image_requests import RequestLimits
     from krea2.dit.image_server import TOKEN_ENV, ImageServerConfig
     from krea2.dit.image_server import serve as run
+    from krea2.dit.lora_files import named_lora_files
     from krea2.dit.served_model import ServedModel
     from krea2.infra.serving import check_bind
 
@@ -292,8 +313,11 @@ def serve(
         expander_timeout_s=expander_timeout_s,
     )
     _check_default_size(size, model, max_side)  # before the weights load
+    loras = named_lora_files(lora or [])
     dev = _device(device)
-    served = ServedModel.load(model, text_tokens=text_tokens, device=dev, dtype=_dtype(dtype, dev))
+    served = ServedModel.load(
+        model, text_tokens=text_tokens, device=dev, dtype=_dtype(dtype, dev), loras=loras
+    )
     typer.echo(
         f"serving {model} ({served.plan.describe()}) on http://{host}:{port}/v1/images/generations",
         err=True,

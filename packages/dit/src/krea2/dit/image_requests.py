@@ -1,7 +1,7 @@
 """What `POST /v1/images/generations` accepts: the OpenAI Images fields (``prompt``, ``n``,
 ``size``, ``response_format``, ``seed``; ``model`` and ``user`` are read and checked or
 ignored) and krea2's own (``steps``, ``cfg``, ``negative_prompt``, ``turbo``,
-``style_references``), checked against the server's :class:`RequestLimits`.
+``style_references``, ``loras``), checked against the server's :class:`RequestLimits`.
 
 A request is parsed from its raw bytes into an :class:`ImageJob`: JSON types as sent (no
 "1" for 1), no unknown field, every range checked, style references decoded (base64 PNG,
@@ -37,6 +37,7 @@ MAX_JSON_VALUES = 100_000
 REFERENCE_TYPES = ("PNG", "JPEG", "WEBP")  # what Pillow may open a reference as
 _SIZE = re.compile(r"^(\d{1,6})x(\d{1,6})$")
 _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,")
+MAX_LORA_SCALE = 8.0  # beyond this an adapter only adds noise; a typo, not a choice
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,13 @@ class StyleReference(BaseModel):
     strength: float = Field(default=1.0, ge=0, allow_inf_nan=False)
 
 
+class LoraChoice(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    name: str  # one the server loaded (--lora NAME=PATH)
+    scale: float = Field(default=1.0, ge=-MAX_LORA_SCALE, le=MAX_LORA_SCALE, allow_inf_nan=False)
+
+
 class ImageRequest(BaseModel):
     """The body of ``POST /v1/images/generations``."""
 
@@ -86,6 +94,7 @@ class ImageRequest(BaseModel):
     negative_prompt: str = ""
     turbo: bool = False
     style_references: list[StyleReference] = []
+    loras: list[LoraChoice] = []  # [{name, scale}] of the adapters the server loaded
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,9 @@ def parse_request(
             "steps",
         )
     refs, style = _references(body.style_references, model.style_slots, limits)
-    shape = Shape(width, height, steps, cfg, body.turbo, body.negative_prompt if cfg else "", style)
+    loras = _loras(body.loras, sorted(model.loras))
+    negative = body.negative_prompt if cfg else ""
+    shape = Shape(width, height, steps, cfg, body.turbo, negative, style, loras)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     return ImageJob(body.prompt, body.n, shape, seed, body.response_format, refs)
 
@@ -160,7 +171,8 @@ def _bad_field(error: ValidationError) -> BadRequest:
     if first["type"] == "extra_forbidden":
         fields = ", ".join(ImageRequest.model_fields)
         return BadRequest(
-            f"{where}: unknown field; the fields are {fields} (style references: image, strength)",
+            f"{where}: unknown field; the fields are {fields} (style references: image, "
+            "strength; loras: name, scale)",
             where,
         )
     if first["type"] == "model_type" and not where:
@@ -188,6 +200,24 @@ def _size(size: str, multiple: int, max_side: int) -> tuple[int, int]:
             "size",
         )
     return width, height
+
+
+def _loras(given: list[LoraChoice], loaded: list[str]) -> tuple[tuple[str, float], ...]:
+    """(name, scale) per requested adapter, each loaded and named once; scale 0 dropped (it
+    adds nothing, and requests that differ only by it then batch together)."""
+    seen: set[str] = set()
+    for i, choice in enumerate(given):
+        if choice.name not in loaded:
+            have = ", ".join(loaded) if loaded else "none (start it with --lora NAME=PATH)"
+            raise BadRequest(
+                f"loras.{i}.name: {choice.name!r} is not loaded here; loaded: {have}",
+                f"loras.{i}.name",
+            )
+        if choice.name in seen:
+            raise BadRequest(f"loras.{i}.name: {choice.name!r} is named twice; give it once "
+                             "with the sum of the scales", f"loras.{i}.name")  # fmt: skip
+        seen.add(choice.name)
+    return tuple((c.name, c.scale) for c in given if c.scale != 0)
 
 
 def _references(

@@ -4,13 +4,15 @@ one call that samples a batch of images of one shape with their own seeds.
 The folder is read by :func:`krea2.dit.sample_plan.plan_sample` twice, as given and with
 Turbo's settings, so a request's ``turbo`` flag, steps and CFG default exactly as the
 sampler's flags do (a folder marked distilled samples in its own steps without CFG either
-way). A ``style.safetensors`` beside the DiT is loaded once and enables style references.
+way). A ``style.safetensors`` beside the DiT is loaded once and enables style references;
+LoRA adapters given by name at load are applied per call at the scales a request names
+(:mod:`krea2.dit.lora_files`: hooks, the base weights untouched).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from krea2.dit.autoencoder import Autoencoder
+    from krea2.dit.lora_files import LoraAdapter
     from krea2.dit.model import Krea2DiT
     from krea2.dit.style_module import StyleModule, StyleTokens
     from krea2.dit.text import TextEncoder
@@ -32,7 +35,8 @@ if TYPE_CHECKING:
 class Shape:
     """What the images of one sampling call share: the dynamic-batching key. ``negative``
     is "" without CFG (it is not used then); ``style`` identifies the references and their
-    strengths ("" for none), which every image of the call shares."""
+    strengths ("" for none), which every image of the call shares; ``loras`` the (name,
+    scale) adapters applied, in the request's order."""
 
     width: int
     height: int
@@ -41,10 +45,12 @@ class Shape:
     turbo: bool = False
     negative: str = ""
     style: str = ""
+    loras: tuple[tuple[str, float], ...] = ()
 
     def __str__(self) -> str:
         guidance = f"CFG {self.cfg:g}" if self.cfg else "no CFG"
         extra = (", turbo" if self.turbo else "") + (", style" if self.style else "")
+        extra += "".join(f", LoRA {name} x{scale:g}" for name, scale in self.loras)
         return f"{self.width}x{self.height}, {self.steps} steps, {guidance}{extra}"
 
 
@@ -59,6 +65,7 @@ class ServedModel:
     encoder: TextEncoder
     ae: Autoencoder
     style_module: StyleModule | None = None
+    loras: dict[str, LoraAdapter] = field(default_factory=dict)
 
     @classmethod
     def load(
@@ -68,11 +75,15 @@ class ServedModel:
         text_tokens: int | None = None,
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
+        loras: dict[str, Path] | None = None,
     ) -> ServedModel:
         """Load the model folder ``model`` (diffusers or native release layout) on
-        ``device`` in ``dtype``; ``text_tokens`` overrides the text length T (default: the
-        weights' record, else 512). UserError for what `krea2 dit sample` refuses."""
+        ``device`` in ``dtype``, with the LoRA adapter files ``loras`` (name -> file or
+        diffusers folder); ``text_tokens`` overrides the text length T (default: the
+        weights' record, else 512). UserError for what `krea2 dit sample` refuses and for
+        an adapter that does not fit the model."""
         from krea2.dit.components import load_autoencoder, load_text_encoder
+        from krea2.dit.lora_files import load_lora
         from krea2.dit.style_module import load_style_module
         from krea2.dit.weights import from_pretrained
 
@@ -84,7 +95,12 @@ class ServedModel:
         style = None
         if plan.style_module is not None:
             style = load_style_module(plan.style_module, net.cfg, device=device, dtype=dtype)
-        return cls(Path(model).name, plan, turbo_plan, net, encoder, ae, style)
+        adapters = {}
+        for name, path in (loras or {}).items():
+            adapter = load_lora(path, name)
+            adapter.check_fits(net)
+            adapters[name] = adapter.to(device, dtype)
+        return cls(Path(model).name, plan, turbo_plan, net, encoder, ae, style, adapters)
 
     @property
     def size_multiple(self) -> int:
@@ -111,28 +127,32 @@ class ServedModel:
     ) -> np.ndarray:
         """uint8 images [B, H, W, 3], image i from ``prompts[i]`` and ``seeds[i]`` (it does
         not depend on the others, up to the float rounding of batched kernels); ``refs``:
-        the (image, strength) style references every image shares."""
+        the (image, strength) style references every image shares; ``shape.loras`` the
+        loaded adapters applied, at their scales, for this call only."""
         from krea2.dit.generation import generate
+        from krea2.dit.lora_files import applied
         from krea2.dit.pixel_ae import to_uint8
 
         plan = self.turbo_plan if shape.turbo else self.plan
-        images = generate(
-            self.net,
-            self.encoder,
-            self.ae,
-            prompts,
-            shape.width,
-            shape.height,
-            steps=shape.steps,
-            cfg=shape.cfg,
-            mu=plan.time_shift,
-            negative=shape.negative,
-            prediction=plan.prediction,
-            x0_min_t=plan.x0_min_t,
-            batch_size=batch_size,
-            style=self._style_tokens(refs, (shape.width, shape.height)),
-            seeds=seeds,
-        )
+        adapters = [(self.loras[name], scale) for name, scale in shape.loras]
+        with applied(self.net, adapters):
+            images = generate(
+                self.net,
+                self.encoder,
+                self.ae,
+                prompts,
+                shape.width,
+                shape.height,
+                steps=shape.steps,
+                cfg=shape.cfg,
+                mu=plan.time_shift,
+                negative=shape.negative,
+                prediction=plan.prediction,
+                x0_min_t=plan.x0_min_t,
+                batch_size=batch_size,
+                style=self._style_tokens(refs, (shape.width, shape.height)),
+                seeds=seeds,
+            )
         return to_uint8(images).numpy()
 
     def _style_tokens(

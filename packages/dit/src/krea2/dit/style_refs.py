@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from krea2.dit.autoencoder import Autoencoder
+from krea2.dit.flag_values import split_number_suffix
 from krea2.infra.errors import UserError
 
 if TYPE_CHECKING:
@@ -25,12 +26,8 @@ def parse_style_ref(spec: str) -> tuple[Path, float]:
     that contains ':' otherwise stays whole. UserError for an empty path or a strength that
     is negative, nan or infinite.
     """
-    head, sep, tail = spec.rpartition(":")
-    try:
-        strength = float(tail) if sep else None
-    except ValueError:
-        strength = None
-    path = head if strength is not None else spec
+    path, strength = split_number_suffix(spec)
+    tail = spec.rpartition(":")[2]
     if strength is None:
         strength = 1.0
     if not path:
