@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
-
-if TYPE_CHECKING:  # types only: the CLI imports torch lazily, in the commands that need it
-    import torch
-    from PIL import Image
-
-    from krea2.dit.autoencoder import Autoencoder
-    from krea2.dit.config import DiTConfig
-    from krea2.dit.sample_plan import SamplePlan
-    from krea2.dit.style_module import StyleTokens
 
 app = typer.Typer(
     help="The Krea 2 DiT: sampling, serving, checkpoint conversion, FLOP counts.\n\n"
@@ -110,6 +100,11 @@ def sample(
         help="LoRA adapter FILE[:SCALE] (default scale 1): a .safetensors from `krea2 train "
         "export` (diffusers, comfyui) or a diffusers LoRA folder; repeat to stack several.",
     ),
+    quant: str = typer.Option(
+        "none",
+        help="Block Linears' weights: none, int8 (CPU or GPU; ~1/4 of fp32's bytes) or float8 "
+        "(CUDA 8.9+), torchao weight-only (the 'quant' extra).",
+    ),
 ) -> None:
     """Generate images from prompts and write PNGs.
 
@@ -132,6 +127,9 @@ def sample(
     from krea2.dit.generation import generate, parse_size, save_pngs
     from krea2.dit.lora_files import applied, load_lora, parse_lora_spec
     from krea2.dit.sample_plan import plan_sample
+    from krea2.dit.style_module import load_style_module
+    from krea2.dit.style_refs import load_style_refs, reference_tokens
+    from krea2.dit.weight_quant import check_weight_quant, quantize_block_linears
     from krea2.dit.weights import from_pretrained
 
     w, h = parse_size(size)
@@ -140,20 +138,25 @@ def sample(
         text_tokens=text_tokens, prediction=prediction, mu=mu, turbo=turbo, steps=steps,
         cfg=cfg, style_module=style_module,
     )  # fmt: skip
-    refs = _check_style_refs(style_ref or [], plan)  # before any weights load
+    refs, said = load_style_refs(style_ref or [], plan)  # before any weights load
+    if said:
+        typer.echo(said, err=True)
     adapters = []
     for spec in lora or []:
         _, path, scale = parse_lora_spec(spec)
         adapters.append((load_lora(path), scale))
     dev = _device(device)
     dt = _dtype(dtype, dev)
+    check_weight_quant(quant, dev)
     typer.echo(f"sampling {len(prompt)} image(s) with {plan.describe()}", err=True)
     net = from_pretrained(plan.weights, dtype=dt, device=dev)
+    quantize_block_linears(net, quant, dev)
     enc = load_text_encoder(plan.text_encoder, net.cfg, plan.text_tokens, dt, dev)
     autoenc = load_autoencoder(plan.autoencoder, dt, dev)
     style = None
-    if refs and plan.style_module is not None:  # _check_style_refs made sure there is one
-        style = _style_tokens(refs, plan.style_module, net.cfg, autoenc, (w, h), dev, dt)
+    if refs and plan.style_module is not None:  # load_style_refs made sure there is one
+        module = load_style_module(plan.style_module, net.cfg, device=dev, dtype=dt)
+        style = reference_tokens(module, refs, autoenc, (w, h))
     for adapter, scale in adapters:
         typer.echo(f"LoRA {adapter.name} (rank {adapter.rank}) at scale {scale:g}", err=True)
     with applied(net, [(a.to(dev, dt), scale) for a, scale in adapters]):
@@ -164,59 +167,6 @@ def sample(
         )  # fmt: skip
     for p in save_pngs(images, out, [seed + i for i in range(len(prompt))]):
         typer.echo(str(p))
-
-
-def _check_style_refs(specs: list[str], plan: SamplePlan) -> list[tuple[Image.Image, float]]:
-    """(image, strength) per --style-ref, every image decoded, the module's file, config
-    and DiT checked, all before the DiT loads; UserError (one line) for each mistake."""
-    from krea2.dit.release import read_dit_config
-    from krea2.dit.style_module import read_style_config
-    from krea2.dit.style_refs import open_style_image, parse_style_ref
-    from krea2.infra.errors import UserError
-
-    if not specs:
-        if plan.style_module is not None:
-            typer.echo(f"no --style-ref: not using the style module {plan.style_module}", err=True)
-        return []
-    parsed = [parse_style_ref(s) for s in specs]
-    if plan.style_module is None:
-        raise UserError(
-            "--style-ref needs a style module made for this DiT: pass --style-module "
-            "FILE.safetensors (or put style.safetensors in the --model folder)"
-        )
-    cfg = read_style_config(plan.style_module)
-    cfg.check_matches(read_dit_config(plan.weights), f"style module {plan.style_module}")
-    if len(parsed) > cfg.max_refs:
-        raise UserError(
-            f"{len(parsed)} --style-ref given, but the style module {plan.style_module} has "
-            f"{cfg.max_refs} slots; give at most {cfg.max_refs}"
-        )
-    refs = [(open_style_image(path), s) for path, s in parsed]
-    said = ", ".join(f"{path}:{s:g}" for path, s in parsed)
-    typer.echo(f"style references {said} through {plan.style_module}", err=True)
-    return refs
-
-
-def _style_tokens(
-    refs: list[tuple[Image.Image, float]],
-    module_path: Path,
-    dit_cfg: DiTConfig,
-    autoenc: Autoencoder,
-    size: tuple[int, int],
-    device: str,
-    dtype: torch.dtype,
-) -> StyleTokens | None:
-    """The one-image StyleTokens of `refs` (None when every strength is 0)."""
-    import torch
-
-    from krea2.dit.style_module import load_style_module
-    from krea2.dit.style_refs import style_reference_latents
-
-    module = load_style_module(module_path, dit_cfg, device=device, dtype=dtype)
-    latents = style_reference_latents([img for img, _ in refs], autoenc, size)
-    strengths = torch.tensor([[s for _, s in refs]], device=device)
-    with torch.no_grad():
-        return module(latents.to(device, dtype), strengths)
 
 
 @app.command()
@@ -258,6 +208,11 @@ def serve(
         help="LoRA adapter NAME=PATH that requests apply by name (loras: [{name, scale}]); "
         "repeat for several. Loaded once; the base weights are never changed.",
     ),
+    quant: str = typer.Option(
+        "none",
+        help="Block Linears' weights: none, int8 (CPU or GPU; ~1/4 of fp32's bytes) or float8 "
+        "(CUDA 8.9+), torchao weight-only (the 'quant' extra).",
+    ),
 ) -> None:
     """Serve a model folder behind an OpenAI Images-compatible API.
 
@@ -283,6 +238,7 @@ def serve(
     from krea2.dit.image_server import serve as run
     from krea2.dit.lora_files import named_lora_files
     from krea2.dit.served_model import ServedModel
+    from krea2.dit.weight_quant import check_weight_quant
     from krea2.infra.serving import check_bind
 
     check_bind(host, token, "the image server", TOKEN_ENV)  # before the model loads
@@ -315,9 +271,11 @@ def serve(
     _check_default_size(size, model, max_side)  # before the weights load
     loras = named_lora_files(lora or [])
     dev = _device(device)
+    check_weight_quant(quant, dev)
     served = ServedModel.load(
-        model, text_tokens=text_tokens, device=dev, dtype=_dtype(dtype, dev), loras=loras
-    )
+        model, text_tokens=text_tokens, device=dev, dtype=_dtype(dtype, dev), loras=loras,
+        quant=quant,
+    )  # fmt: skip
     typer.echo(
         f"serving {model} ({served.plan.describe()}) on http://{host}:{port}/v1/images/generations",
         err=True,
@@ -346,19 +304,24 @@ def _check_default_size(size: str, model: Path, max_side: int) -> None:
 @app.command()
 def convert(
     src: Path = typer.Argument(..., help="Checkpoint file or diffusers folder."),
-    dst: Path = typer.Argument(..., help="Output file (krea) or folder (diffusers)."),
-    to: str = typer.Option(..., "--to", help="diffusers or krea."),
+    dst: Path = typer.Argument(..., help="Output file (krea, gguf) or folder (diffusers)."),
+    to: str = typer.Option(..., "--to", help="diffusers, krea or gguf."),
+    qtype: str = typer.Option(
+        "Q8_0", help="GGUF type of the big weights: Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, F16, BF16."
+    ),
 ) -> None:
-    """Convert a DiT checkpoint between the released (krea) and diffusers formats.
+    """Convert a DiT checkpoint between the released (krea), diffusers and GGUF formats
+    (GGUF in ComfyUI-GGUF's krea2 layout; any of them samples with --weights).
 
     Example: krea2 dit convert --to diffusers krea2-raw.safetensors krea2-raw-diffusers/
+    (or --to gguf --qtype Q4_1 krea2-raw.safetensors krea2-raw-Q4_1.gguf)
     """
     from krea2.dit.weights import convert as run
     from krea2.infra.errors import UserError
 
-    if to not in ("diffusers", "krea"):
-        raise UserError(f"--to {to!r}: choose diffusers or krea")
-    typer.echo(f"wrote {run(src, dst, to=to)}")
+    if to not in ("diffusers", "krea", "gguf"):
+        raise UserError(f"--to {to!r}: choose diffusers, krea or gguf")
+    typer.echo(f"wrote {run(src, dst, to=to, qtype=qtype)}")
 
 
 @app.command()

@@ -76,20 +76,24 @@ class ServedModel:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         loras: dict[str, Path] | None = None,
+        quant: str = "none",
     ) -> ServedModel:
         """Load the model folder ``model`` (diffusers or native release layout) on
         ``device`` in ``dtype``, with the LoRA adapter files ``loras`` (name -> file or
-        diffusers folder); ``text_tokens`` overrides the text length T (default: the
-        weights' record, else 512). UserError for what `krea2 dit sample` refuses and for
-        an adapter that does not fit the model."""
+        diffusers folder), its block Linears weight-only quantized when ``quant`` is int8
+        or float8 (:mod:`krea2.dit.weight_quant`); ``text_tokens`` overrides the text length
+        T (default: the weights' record, else 512). UserError for what `krea2 dit sample`
+        refuses and for an adapter that does not fit the model."""
         from krea2.dit.components import load_autoencoder, load_text_encoder
         from krea2.dit.lora_files import load_lora
         from krea2.dit.style_module import load_style_module
+        from krea2.dit.weight_quant import quantize_block_linears
         from krea2.dit.weights import from_pretrained
 
         plan = plan_sample(model=Path(model), text_tokens=text_tokens)
         turbo_plan = plan_sample(model=Path(model), text_tokens=text_tokens, turbo=True)
         net = from_pretrained(plan.weights, dtype=dtype, device=device)
+        quantize_block_linears(net, quant, device)
         encoder = load_text_encoder(plan.text_encoder, net.cfg, plan.text_tokens, dtype, device)
         ae = load_autoencoder(plan.autoencoder, dtype, device)
         style = None
@@ -162,10 +166,6 @@ class ServedModel:
         strength is 0: the exact path without style)."""
         if not refs or self.style_module is None:
             return None
-        from krea2.dit.style_refs import style_reference_latents
+        from krea2.dit.style_refs import reference_tokens
 
-        p = next(self.net.parameters())
-        latents = style_reference_latents([img for img, _ in refs], self.ae, size)
-        strengths = torch.tensor([[s for _, s in refs]], device=p.device)
-        with torch.no_grad():
-            return self.style_module(latents.to(p.device, p.dtype), strengths)
+        return reference_tokens(self.style_module, refs, self.ae, size)

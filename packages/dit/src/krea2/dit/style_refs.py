@@ -18,6 +18,9 @@ from krea2.infra.errors import UserError
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
+    from krea2.dit.sample_plan import SamplePlan
+    from krea2.dit.style_module import StyleModule, StyleTokens
+
 
 def parse_style_ref(spec: str) -> tuple[Path, float]:
     """'path.png:0.7' -> (Path('path.png'), 0.7); 'path.png' -> strength 1.0.
@@ -100,3 +103,50 @@ def _device_of(ae: Autoencoder) -> torch.device:
         for t in [*ae.parameters(), *ae.buffers()]:
             return t.device
     return torch.device("cpu")
+
+
+def load_style_refs(
+    specs: Sequence[str], plan: SamplePlan
+) -> tuple[list[tuple[PILImage.Image, float]], str]:
+    """(image, strength) per ``--style-ref`` spec, every image decoded and the plan's style
+    module (file, config, DiT) checked, all before the DiT loads; and what to tell the user
+    ("" for nothing). UserError (one line) for each mistake."""
+    from krea2.dit.release import read_dit_config
+    from krea2.dit.style_module import read_style_config
+
+    if not specs:
+        if plan.style_module is not None:
+            return [], f"no --style-ref: not using the style module {plan.style_module}"
+        return [], ""
+    parsed = [parse_style_ref(s) for s in specs]
+    if plan.style_module is None:
+        raise UserError(
+            "--style-ref needs a style module made for this DiT: pass --style-module "
+            "FILE.safetensors (or put style.safetensors in the --model folder)"
+        )
+    cfg = read_style_config(plan.style_module)
+    cfg.check_matches(read_dit_config(plan.weights), f"style module {plan.style_module}")
+    if len(parsed) > cfg.max_refs:
+        raise UserError(
+            f"{len(parsed)} --style-ref given, but the style module {plan.style_module} has "
+            f"{cfg.max_refs} slots; give at most {cfg.max_refs}"
+        )
+    refs = [(open_style_image(path), s) for path, s in parsed]
+    said = ", ".join(f"{path}:{s:g}" for path, s in parsed)
+    return refs, f"style references {said} through {plan.style_module}"
+
+
+def reference_tokens(
+    module: StyleModule,
+    refs: Sequence[tuple[PILImage.Image, float]],
+    ae: Autoencoder,
+    size: tuple[int, int],
+) -> StyleTokens | None:
+    """The one-image style tokens of ``refs`` (image, strength) at the sampling ``size``
+    (width, height) through ``module``, on its device and dtype (None when every strength
+    is 0: the exact path without style)."""
+    p = next(module.parameters())
+    latents = style_reference_latents([img for img, _ in refs], ae, size)
+    strengths = torch.tensor([[s for _, s in refs]], device=p.device)
+    with torch.no_grad():
+        return module(latents.to(p.device, p.dtype), strengths)

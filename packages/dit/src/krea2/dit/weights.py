@@ -82,11 +82,17 @@ def read_checkpoint(
     """(state dict with released key names on `device`, config if the file records one).
 
     `path`: a .safetensors file (released keys, optional `diffusion_model.` prefix, or
-    diffusers keys) or a diffusers folder (config.json + diffusion_pytorch_model*.safetensors).
+    diffusers keys), a diffusers folder (config.json + diffusion_pytorch_model*.safetensors)
+    or a .gguf (`krea2.dit.gguf_weights`: dequantized to float32).
     """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if path.suffix == ".gguf":
+        from krea2.dit.gguf_weights import read_gguf
+
+        sd, conf, _ = read_gguf(path, device)
+        return sd, (DiTConfig(**conf) if conf is not None else None)
     if is_training_checkpoint(path):
         raise training_checkpoint_error(path)
     cfg = None
@@ -178,6 +184,11 @@ def read_conditioning(path: str | Path) -> dict[str, Any] | None:
         raise CheckpointError(f"checkpoint {path} does not exist")
     if is_training_checkpoint(path):
         raise training_checkpoint_error(path)
+    if path.suffix == ".gguf":
+        from krea2.dit.gguf_weights import read_gguf_records
+
+        record = read_gguf_records(path)[1]
+        return None if record is None else check_conditioning(record, f"{path}: conditioning")
     file = _weights_file(path)
     try:
         with safe_open(str(file), framework="pt", device="cpu") as f:
@@ -326,13 +337,18 @@ def save_weights(
     raise UserError(f"unknown weights format {format!r}; choose 'krea' or 'diffusers'")
 
 
-def convert(src: str | Path, dst: str | Path, to: str) -> Path:
-    """Convert a checkpoint file/folder to `to` = "diffusers" (folder) or "krea" (file),
-    keeping its conditioning record."""
+def convert(src: str | Path, dst: str | Path, to: str, qtype: str = "Q8_0") -> Path:
+    """Convert a checkpoint file/folder to `to` = "diffusers" (folder), "krea" (file) or
+    "gguf" (file, big weights in `qtype`), keeping its conditioning record."""
     sd, cfg = read_checkpoint(src)
     if cfg is None:
         cfg = infer_config(sd)
-    return save_weights(sd, dst, format=to, config=cfg, conditioning=read_conditioning(src))
+    conditioning = read_conditioning(src)
+    if to == "gguf":
+        from krea2.dit.gguf_weights import save_gguf
+
+        return save_gguf(sd, dst, qtype, config=cfg, conditioning=conditioning)
+    return save_weights(sd, dst, format=to, config=cfg, conditioning=conditioning)
 
 
 def _diffusers_version() -> str:
