@@ -36,9 +36,14 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.generation import generate as generate
     from krea2.dit.generation import parse_size as parse_size
     from krea2.dit.generation import save_pngs as save_pngs
+    from krea2.dit.gguf_weights import read_gguf as read_gguf
+    from krea2.dit.gguf_weights import save_gguf as save_gguf
     from krea2.dit.image_requests import RequestLimits as RequestLimits
     from krea2.dit.image_server import ImageServerConfig as ImageServerConfig
     from krea2.dit.image_server import ImageServerThread as ImageServerThread
+    from krea2.dit.lora_files import LoraAdapter as LoraAdapter
+    from krea2.dit.lora_files import applied as applied
+    from krea2.dit.lora_files import load_lora as load_lora
     from krea2.dit.model import Krea2DiT as Krea2DiT
     from krea2.dit.parallel import check_tp_degree as check_tp_degree
     from krea2.dit.parallel import fsdp_units as fsdp_units
@@ -77,6 +82,8 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.tokenizer import build_tokenizer as build_tokenizer
     from krea2.dit.vae import Flux2VAE as Flux2VAE
     from krea2.dit.vae import QwenImageVAE as QwenImageVAE
+    from krea2.dit.weight_quant import quantize_block_linears as quantize_block_linears
+    from krea2.dit.weight_quant import stored_bytes as stored_bytes
     from krea2.dit.weights import CONDITIONING_KEY as CONDITIONING_KEY
     from krea2.dit.weights import convert as convert
     from krea2.dit.weights import from_pretrained as from_pretrained
@@ -164,6 +171,14 @@ _MODULE_OF = {
     "check_conditioning": "conditioning_record",
     "read_conditioning": "weights",
     "is_training_checkpoint": "weights",
+    "save_gguf": "gguf_weights",
+    "read_gguf": "gguf_weights",
+    # at sampling time: LoRA files by hooks, weight-only quantization
+    "LoraAdapter": "lora_files",
+    "load_lora": "lora_files",
+    "applied": "lora_files",
+    "quantize_block_linears": "weight_quant",
+    "stored_bytes": "weight_quant",
     # plans the trainer applies
     "tp_plan": "parallel",
     "tp_partial_params": "parallel",
