@@ -151,7 +151,9 @@ def test_lora_flags_parse_with_clear_errors():
         with pytest.raises(UserError, match="--lora"):
             parse_lora_spec(bad, named=named)
     with pytest.raises(UserError, match="given twice"):
-        named_lora_files(["a=x.safetensors", "a=y.safetensors"])
+        named_lora_files([f"a={__file__}", f"a={__file__}"])
+    with pytest.raises(UserError, match="does not exist"):
+        named_lora_files(["a=missing.safetensors"])
 
 
 def post(url: str, body: dict) -> httpx.Response:

@@ -97,6 +97,66 @@ def test_sigterm_stops_accepting_and_answers_every_accepted_request(serving_fold
     assert proc.returncode == 143 and "terminated" in stderr, stderr
 
 
+def test_sigkill_mid_batch_errors_every_accepted_client_and_a_restart_serves_them(
+    serving_folder, tmp_path
+):
+    """A killed server loses no accepted request silently: the request being sampled and
+    the one queued behind it each get a transport error (not a hang, not a 200 without
+    images); the same command started again answers both."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    notice = tmp_path / "paused"
+    cmd = [KREA2, "dit", "serve", "--model", str(serving_folder), "--port", str(port),
+           "--size", "32x32", "--text-tokens", "16", "--device", "cpu",
+           "--batch-wait-ms", "0"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    bodies = {"sampling": {"prompt": "a red circle", "steps": 2, "seed": 1},
+              "queued": {"prompt": "a blue square", "size": "16x16", "steps": 2}}  # fmt: skip
+    results: dict[str, httpx.Response | Exception] = {}
+
+    def send(key: str) -> threading.Thread:
+        def run() -> None:
+            try:
+                results[key] = httpx.post(url + GEN, json=bodies[key], timeout=60)
+            except httpx.HTTPError as e:
+                results[key] = e
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    proc = subprocess.Popen(cmd, env=env | pause_env("image batches", 0, notice),
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait_healthy(url, proc)
+        sampling = send("sampling")
+        wait_for_pause(notice, proc, timeout_s=60)
+        queued = send("queued")
+        deadline = time.monotonic() + 60
+        while httpx.get(url + "/health").json()["queued_images"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.kill()  # SIGKILL: no drain, no goodbye
+        proc.wait(timeout=30)
+        sampling.join(timeout=90), queued.join(timeout=90)
+    finally:
+        proc.kill()
+        proc.wait()
+    for key in bodies:
+        error = results[key]
+        assert isinstance(error, httpx.TransportError), (key, error)
+        assert not isinstance(error, httpx.TimeoutException), (key, error)  # told, not left
+    again = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
+    try:
+        _wait_healthy(url, again)
+        for key, body in bodies.items():
+            r = httpx.post(url + GEN, json=body, timeout=120)
+            assert r.status_code == 200 and len(r.json()["data"]) == 1, (key, r.text)
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.wait(timeout=120)
+
+
 def test_help_shows_the_api_and_an_example(capsys):
     with pytest.raises(SystemExit):
         app(["serve", "--help"])
@@ -110,6 +170,10 @@ def test_help_shows_the_api_and_an_example(capsys):
         (["--host", "0.0.0.0"], "exposes the image server beyond this machine"),
         (["--size", "36x36"], "--size 36x36: width and height must be multiples of 8"),
         (["--max-batch", "0"], "--max-batch 0 must be >= 1"),
+        (["--lora", "maroon"], "write NAME=PATH"),
+        (["--lora", "maroon=missing.safetensors"], "missing.safetensors does not exist"),
+        (["--quant", "float8"], "needs a CUDA GPU"),
+        (["--quant", "int4"], "choose one of none, int8, float8"),
     ],
 )
 def test_mistakes_are_one_line_before_the_weights_load(serving_folder, capsys, args, says):

@@ -206,12 +206,14 @@ def parse_lora_spec(spec: str, named: bool = False) -> tuple[str | None, Path, f
 
 def named_lora_files(specs: Sequence[str]) -> dict[str, Path]:
     """`krea2 dit serve --lora NAME=PATH` values as name -> path; UserError for a name
-    given twice (before anything loads)."""
+    given twice or a path that does not exist (before anything loads)."""
     out: dict[str, Path] = {}
     for spec in specs:
         name, path, _ = parse_lora_spec(spec, named=True)
         assert name is not None
         if name in out:
             raise UserError(f"--lora {spec!r}: the name {name!r} is given twice")
+        if not path.exists():
+            raise UserError(f"--lora {spec!r}: {path} does not exist")
         out[name] = path
     return out
