@@ -41,6 +41,20 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
     raise AssertionError("the server never became ready")
 
 
+def _send(url: str, body: dict, results: dict, key: str, timeout: float = 120) -> threading.Thread:
+    """POST ``body`` on a thread; ``results[key]`` becomes the response or the error."""
+
+    def run() -> None:
+        try:
+            results[key] = httpx.post(url + GEN, json=body, timeout=timeout)
+        except httpx.HTTPError as e:
+            results[key] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def test_sigterm_stops_accepting_and_answers_every_accepted_request(serving_folder, tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -55,15 +69,7 @@ def test_sigterm_stops_accepting_and_answers_every_accepted_request(serving_fold
     results: dict[str, httpx.Response | Exception] = {}
 
     def send(key: str, body: dict) -> threading.Thread:
-        def run() -> None:
-            try:
-                results[key] = httpx.post(url + GEN, json=body, timeout=120)
-            except httpx.HTTPError as e:
-                results[key] = e
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
+        return _send(url, body, results, key)
 
     try:
         _wait_healthy(url, proc)
@@ -115,15 +121,7 @@ def test_sigkill_mid_batch_errors_every_accepted_client_and_a_restart_serves_the
     results: dict[str, httpx.Response | Exception] = {}
 
     def send(key: str) -> threading.Thread:
-        def run() -> None:
-            try:
-                results[key] = httpx.post(url + GEN, json=bodies[key], timeout=60)
-            except httpx.HTTPError as e:
-                results[key] = e
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
+        return _send(url, bodies[key], results, key, timeout=60)
 
     proc = subprocess.Popen(cmd, env=env | pause_env("image batches", 0, notice),
                             stderr=subprocess.DEVNULL)  # fmt: skip

@@ -14,6 +14,14 @@ app = typer.Typer(
 )
 
 
+# --quant of sample and serve: one option, one help text
+QUANT_OPTION = typer.Option(
+    "none",
+    help="Block Linears' weights: none, int8 (CPU or GPU; ~1/4 of fp32's bytes) or float8 "
+    "(CUDA 8.9+), torchao weight-only (the 'quant' extra).",
+)
+
+
 def _device(device: str) -> str:
     import torch
 
@@ -100,11 +108,7 @@ def sample(
         help="LoRA adapter FILE[:SCALE] (default scale 1): a .safetensors from `krea2 train "
         "export` (diffusers, comfyui) or a diffusers LoRA folder; repeat to stack several.",
     ),
-    quant: str = typer.Option(
-        "none",
-        help="Block Linears' weights: none, int8 (CPU or GPU; ~1/4 of fp32's bytes) or float8 "
-        "(CUDA 8.9+), torchao weight-only (the 'quant' extra).",
-    ),
+    quant: str = QUANT_OPTION,
 ) -> None:
     """Generate images from prompts and write PNGs.
 
@@ -208,11 +212,7 @@ def serve(
         help="LoRA adapter NAME=PATH that requests apply by name (loras: [{name, scale}]); "
         "repeat for several. Loaded once; the base weights are never changed.",
     ),
-    quant: str = typer.Option(
-        "none",
-        help="Block Linears' weights: none, int8 (CPU or GPU; ~1/4 of fp32's bytes) or float8 "
-        "(CUDA 8.9+), torchao weight-only (the 'quant' extra).",
-    ),
+    quant: str = QUANT_OPTION,
 ) -> None:
     """Serve a model folder behind an OpenAI Images-compatible API.
 
