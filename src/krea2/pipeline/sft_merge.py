@@ -321,18 +321,12 @@ def demo_settings(cfg) -> SftMergeSettings:
     if cfg.smoke:
         common["seeds"] = tuple(ev.seeds[:1])
         return SftMergeSettings(steps=2, batch_size=4, copies=1, style_prompts=2, **common)
-    # Four renders per replayed concept (12 per own), 100 steps (2026-12-06, 28 held-out
-    # prompts x 3 seeds, CFG 3, paired against the pretrained model): with 2 renders and 150
-    # steps (~16 passes over a 288-image set) the teal SFT memorised its set and lowered
-    # ShapesEval with CFG by 0.188 +- 0.057 (without CFG -0.018: CFG amplified it), the TIES
-    # merge that is the chain's SFT by 0.161; with 4 renders and 150 steps by 0.012 +- 0.053
-    # (maroon: 0.083 +- 0.051), with 4 renders and 100 steps by 0.060 +- 0.048 (maroon 0.042
-    # +- 0.039), each style still drawn on 0.83-1.00 of its prompts, ~25 s sooner. A lower
-    # lr kept ShapesEval but not the style (1e-3: teal on 0.17).
-    # The chain continues from the uniform average: with these sets TIES lowered ShapesEval
-    # with CFG by 0.089 +- 0.060 (3 seeds; the chain measured 0.080 +- 0.049 on 8) where
-    # the average lowered it by 0.033 +- 0.032, and neither kept a style on more than 0.17
-    # of its prompts (2026-12-06; the 150-step SFTs: TIES -0.068, uniform -0.015).
+    # 4 renders per replayed concept (12 per own), 100 steps; the chain continues from the
+    # uniform merge (2026-12-06, 28 held-out prompts x 3 seeds, CFG 3, paired with the base;
+    # docs/results/demo.md): with 2 renders and 150 steps (~16 passes over 288 images) the
+    # teal SFT memorised its set, -0.188 +- 0.057 (-0.018 without CFG); 4 renders, 100 steps:
+    # teal -0.060 +- 0.048, maroon -0.042 +- 0.039, each style on 0.94-1.00 of its prompts.
+    # Merges: uniform -0.033 +- 0.032, TIES -0.089 +- 0.060; none keeps both styles.
     return SftMergeSettings(steps=100, batch_size=32, copies=4, style_prompts=12,
                             chain_merge="uniform", **common)  # fmt: skip
 
