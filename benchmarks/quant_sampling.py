@@ -37,10 +37,10 @@ GGUF = ("Q8_0", "Q4_1")
 
 
 def modes() -> list[str]:
-    out = ["none", "int8"]
-    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
-        out.append("float8")
-    return out
+    from krea2.dit.weight_quant import float8_supported
+
+    cuda = torch.cuda.is_available() and float8_supported("cuda")
+    return ["none", "int8", "float8"] if cuda else ["none", "int8"]
 
 
 def main() -> None:

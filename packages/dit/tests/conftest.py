@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from krea2.dit.config import DiTConfig, get_config
+
+sys.path.insert(0, str(Path(__file__).parent))  # dit_test_helpers, under importlib mode
 
 
 @pytest.fixture

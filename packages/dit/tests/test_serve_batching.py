@@ -11,6 +11,7 @@ import time
 import httpx
 import numpy as np
 import pytest
+from dit_test_helpers import GEN, send
 from PIL import Image
 
 from krea2.dit.image_requests import RequestLimits
@@ -18,7 +19,6 @@ from krea2.dit.image_server import ImageServerConfig, ImageServerThread
 from krea2.dit.served_model import ServedModel, Shape
 
 LIMITS = RequestLimits(max_n=4, max_steps=8, max_side=64)
-GEN = "/v1/images/generations"
 FOREVER_MS = 600_000.0  # a batch closes only when full: the tests decide who is in it
 
 
@@ -50,20 +50,6 @@ def serve(model: ServedModel, max_batch: int, wait_ms: float = FOREVER_MS) -> Im
     config = ImageServerConfig(max_batch=max_batch, batch_wait_ms=wait_ms, default_size="32x32",
                                limits=LIMITS)  # fmt: skip
     return ImageServerThread(model, config=config)
-
-
-def send(url: str, results: dict, key: str, body: dict, timeout: float = 120) -> threading.Thread:
-    """POST ``body`` on a thread; the response (or the exception) lands in results[key]."""
-
-    def run() -> None:
-        try:
-            results[key] = httpx.post(url + GEN, json=body, timeout=timeout)
-        except httpx.HTTPError as e:
-            results[key] = e
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def wait_queued(url: str, images: int) -> None:

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dit_test_helpers import GEN
+from dit_test_helpers import send as send_async
 
 from krea2.dit.cli import app
 from krea2.infra.host import run_cli
 from krea2.infra.pause import pause_env, wait_for_pause
 
 KREA2 = str(Path(sys.executable).parent / "krea2")
-GEN = "/v1/images/generations"
 
 
 def _free_port() -> int:
@@ -41,20 +42,6 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
     raise AssertionError("the server never became ready")
 
 
-def _send(url: str, body: dict, results: dict, key: str, timeout: float = 120) -> threading.Thread:
-    """POST ``body`` on a thread; ``results[key]`` becomes the response or the error."""
-
-    def run() -> None:
-        try:
-            results[key] = httpx.post(url + GEN, json=body, timeout=timeout)
-        except httpx.HTTPError as e:
-            results[key] = e
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def test_sigterm_stops_accepting_and_answers_every_accepted_request(serving_folder, tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -69,7 +56,7 @@ def test_sigterm_stops_accepting_and_answers_every_accepted_request(serving_fold
     results: dict[str, httpx.Response | Exception] = {}
 
     def send(key: str, body: dict) -> threading.Thread:
-        return _send(url, body, results, key)
+        return send_async(url, results, key, body)
 
     try:
         _wait_healthy(url, proc)
@@ -121,7 +108,7 @@ def test_sigkill_mid_batch_errors_every_accepted_client_and_a_restart_serves_the
     results: dict[str, httpx.Response | Exception] = {}
 
     def send(key: str) -> threading.Thread:
-        return _send(url, bodies[key], results, key, timeout=60)
+        return send_async(url, results, key, bodies[key], timeout=60)
 
     proc = subprocess.Popen(cmd, env=env | pause_env("image batches", 0, notice),
                             stderr=subprocess.DEVNULL)  # fmt: skip

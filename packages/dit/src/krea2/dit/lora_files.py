@@ -31,7 +31,7 @@ from krea2.infra.errors import UserError
 __all__ = ["LoraAdapter", "applied", "load_lora", "named_lora_files", "parse_lora_spec"]
 
 DIFFUSERS_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
-_PREFIXES = ("transformer.", "model.diffusion_model.", "diffusion_model.")
+DIFFUSERS_PREFIX = "transformer."  # diffusers' LoRA files name the pipeline component
 
 
 @dataclass(frozen=True)
@@ -94,16 +94,15 @@ def load_lora(path: str | Path, name: str | None = None) -> LoraAdapter:
             metadata = f.metadata() or {}
     except Exception as e:  # a torn or foreign file: safetensors says why
         raise UserError(f"cannot read LoRA file {path}: {e}") from None
-    for prefix in _PREFIXES:
-        if tensors and all(k.startswith(prefix) for k in tensors):
-            tensors = {k[len(prefix) :]: v for k, v in tensors.items()}
-            break
-    alphas = {k[: -len(".alpha")]: float(v) for k, v in tensors.items() if k.endswith(".alpha")}
-    pairs = {k: v for k, v in tensors.items() if ".lora_A." in k or ".lora_B." in k}
-    if not pairs:
+    if tensors and all(k.startswith(DIFFUSERS_PREFIX) for k in tensors):
+        tensors = {k[len(DIFFUSERS_PREFIX) :]: v for k, v in tensors.items()}
+    if not any(".lora_A." in k or ".lora_B." in k for k in tensors):
         raise UserError(f"{path} holds no LoRA tensors (keys like X.lora_A.weight)")
-    released = to_krea(pairs)  # diffusers module names -> released ones (both are accepted)
-    renamed_alpha = _alphas_by_release_name(alphas, pairs, released)
+    # keymap's to_krea: diffusers module names -> released ones, ComfyUI's prefix dropped;
+    # the per-module .alpha scalars are renamed with their module
+    renamed = to_krea(tensors)
+    alphas = {k[: -len(".alpha")]: float(v) for k, v in renamed.items() if k.endswith(".alpha")}
+    released = {k: v for k, v in renamed.items() if ".lora_A." in k or ".lora_B." in k}
     default_alpha = _metadata_alpha(metadata)
     modules: dict[str, tuple[Tensor, Tensor, float]] = {}
     for key in sorted(k for k in released if ".lora_A." in k):
@@ -116,7 +115,7 @@ def load_lora(path: str | Path, name: str | None = None) -> LoraAdapter:
             raise UserError(f"{path}: {module}: lora_A {tuple(a.shape)} and lora_B "
                             f"{tuple(b.shape)} are not [rank, in] and [out, rank]")  # fmt: skip
         rank = a.shape[0]
-        alpha = renamed_alpha.get(module, default_alpha if default_alpha is not None else rank)
+        alpha = alphas.get(module, default_alpha if default_alpha is not None else rank)
         modules[module] = (a, b, alpha / rank)
     if len(modules) * 2 != len(released):
         raise UserError(f"{path}: some lora_B tensors have no lora_A beside them")
@@ -137,19 +136,6 @@ def _metadata_alpha(metadata: dict[str, str]) -> float | None:
             if (k == field or k.endswith("." + field)) and isinstance(v, int | float):
                 return float(v)
     return None
-
-
-def _alphas_by_release_name(
-    alphas: dict[str, float], pairs: dict[str, Tensor], released: dict[str, Tensor]
-) -> dict[str, float]:
-    """ComfyUI's per-module ``.alpha`` keyed by the released module name (the file's names
-    may be diffusers'; :func:`to_krea` renamed its tensors in the same order)."""
-    out = {}
-    for old, new in zip(pairs, released, strict=True):
-        module = old.split(".lora_")[0]
-        if module in alphas:
-            out[new.split(".lora_")[0]] = alphas[module]
-    return out
 
 
 @contextmanager

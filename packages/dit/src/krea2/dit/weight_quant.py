@@ -18,7 +18,13 @@ from torch import nn
 
 from krea2.infra.errors import UserError
 
-__all__ = ["WEIGHT_QUANTS", "check_weight_quant", "quantize_block_linears", "stored_bytes"]
+__all__ = [
+    "WEIGHT_QUANTS",
+    "check_weight_quant",
+    "float8_supported",
+    "quantize_block_linears",
+    "stored_bytes",
+]
 
 WEIGHT_QUANTS = ("none", "int8", "float8")
 
@@ -31,20 +37,24 @@ def check_weight_quant(mode: str, device: torch.device | str, what: str = "--qua
     if mode == "none":
         return
     device = torch.device(device)
-    if mode == "float8":
-        ok = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
-        if not ok:
-            where = "a CPU" if device.type != "cuda" else "this GPU"
-            raise UserError(
-                f"{what}='float8' needs a CUDA GPU with float8 support (compute capability "
-                f"8.9+: L40, H100, H200, B200); this is {where}. Use int8 (CPU or GPU) or none"
-            )
+    if mode == "float8" and not float8_supported(device):
+        where = "a CPU" if device.type != "cuda" else "this GPU"
+        raise UserError(
+            f"{what}='float8' needs a CUDA GPU with float8 support (compute capability "
+            f"8.9+: L40, H100, H200, B200); this is {where}. Use int8 (CPU or GPU) or none"
+        )
     try:
         import torchao  # noqa: F401
     except ImportError:
         raise UserError(
             f"{what}={mode!r} needs torchao; install it with: pip install 'krea2-dit[quant]'"
         ) from None
+
+
+def float8_supported(device: torch.device | str) -> bool:
+    """Whether ``device`` runs float8 weight-only matmuls (CUDA, compute capability 8.9+)."""
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
 def _block_linear(module: nn.Module, fqn: str) -> bool:
