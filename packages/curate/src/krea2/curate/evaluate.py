@@ -11,7 +11,7 @@ DEFECT_REASONS: dict[str, frozenset[str]] = {
     "tiny": frozenset({"resolution"}),
     "extreme_aspect": frozenset({"aspect_ratio"}),
     "flat": frozenset({"flat_color", "entropy", "white_ratio", "black_ratio"}),
-    "noise": frozenset({"laplacian", "complexity"}),
+    "noise": frozenset({"noise", "laplacian", "complexity"}),
     "border": frozenset({"border"}),
     "exact_duplicate": frozenset({"exact_duplicate"}),
     "near_duplicate": frozenset({"near_duplicate"}),

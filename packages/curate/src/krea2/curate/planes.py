@@ -3,10 +3,10 @@
 The filters want OpenCV's grey, the three channel histograms, the white/black pixel counts,
 the grey mean and spread of every row and column and the Laplacian tile variances; the
 hashes want Pillow's luma and the colour-class counts. All of it, and the scores of the
-filters that need nothing else (Laplacian, entropy, flat colour, border), comes out of one
-compiled call (``_measure``: ``pixel_pass.read_pixels`` and ``score_kernels``), with the
-colour classes and the white/black marks looked up in the table of every 24-bit colour
-(``colour_table``).
+filters that need nothing else (Laplacian, neighbour correlation, entropy, flat colour,
+border), comes out of one compiled call (``_measure``: ``pixel_pass.read_pixels`` and
+``score_kernels``), with the colour classes and the white/black marks looked up in the table
+of every 24-bit colour (``colour_table``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from krea2.curate.colour_table import ColourStats, code_counts, index_table, present_codes
-from krea2.curate.pixel_pass import frozen, mean_std, read_pixels
+from krea2.curate.pixel_pass import frozen, grey_neighbour_correlation, mean_std, read_pixels
 from krea2.curate.score_kernels import entropy_bits, flat_count, widest_band
 
 
@@ -40,8 +40,9 @@ class Planes:
     uint8 Pillow ``L`` (phash, as imagehash converts), a transposed view of a C-contiguous
     (w, h) array, the layout phash's horizontal Lanczos pass reads. ``hists``: (3, 256) int64 pixel
     counts per channel level. ``colours``: colour-class and white/black counts. ``lines``:
-    per-row and per-column grey statistics. The scores of four filters, each equal to its
-    standalone function: ``laplacian_var`` (``laplacian_variance``), ``entropy``
+    per-row and per-column grey statistics. The scores of five filters, each equal to its
+    standalone function: ``laplacian_var`` (``laplacian_variance``), ``neighbour_corr``
+    (``pixel_pass.neighbour_correlation``), ``entropy``
     (``rgb_entropy``), ``flat_ratio`` (``flat_ratio``), ``border_fraction``
     (``border_fraction``).
     """
@@ -52,6 +53,7 @@ class Planes:
     colours: ColourStats
     lines: LineStats
     laplacian_var: float
+    neighbour_corr: float
     entropy: float
     flat_ratio: float
     border_fraction: float
@@ -77,6 +79,7 @@ def _measure(px: np.ndarray, table: np.ndarray, present: np.ndarray):
         black,
         (row_mean, row_std, col_mean, col_std),
         np.median(lap),
+        grey_neighbour_correlation(grey),
         entropy_bits(hists),
         flat_count(px, hists) / (h * w),
         widest_band(px, row_mean, row_std, col_mean, col_std),
@@ -86,7 +89,7 @@ def _measure(px: np.ndarray, table: np.ndarray, present: np.ndarray):
 def planes(pixels: np.ndarray) -> Planes:
     """Compute every shared measurement of (h, w, 3) uint8 RGB ``pixels``."""
     h, w = pixels.shape[:2]
-    grey, luma_t, hists, counts, white, black, lines, lap, entropy, flat, band = _measure(
+    grey, luma_t, hists, counts, white, black, lines, lap, corr, entropy, flat, band = _measure(
         frozen(pixels), index_table(), present_codes()
     )
     return Planes(
@@ -96,6 +99,7 @@ def planes(pixels: np.ndarray) -> Planes:
         colours=ColourStats(counts, int(white), int(black), h * w),
         lines=LineStats(*lines),
         laplacian_var=float(lap),
+        neighbour_corr=float(corr),
         entropy=float(entropy),
         flat_ratio=float(flat),
         border_fraction=float(band),

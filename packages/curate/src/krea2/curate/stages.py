@@ -42,6 +42,7 @@ CHEAP_FILTERS: tuple[str, ...] = (
     "resolution",
     "aspect_ratio",
     "animation",
+    "noise",
     "laplacian",
     "entropy",
     "white_ratio",

@@ -13,6 +13,7 @@ from krea2.curate.filters.entropy import entropy
 from krea2.curate.filters.extremes import black, white
 from krea2.curate.filters.flat import flat_color
 from krea2.curate.filters.laplacian import laplacian
+from krea2.curate.filters.noise import noise
 from krea2.curate.filters.resolution import resolution
 from krea2.curate.planes import Planes, planes
 from krea2.curate.stages import CHEAP_FILTERS  # in report order; `broken` comes before all
@@ -31,6 +32,7 @@ def run_cheap_filters(
         resolution(image, t),
         aspect_ratio(image, t),
         animation(image, t),
+        noise(p.neighbour_corr, t),
         laplacian(p.laplacian_var, t),
         entropy(p.entropy, t),
         white(px, t, p.colours.white / n),
