@@ -164,3 +164,31 @@ def test_yaml_needs_the_k8s_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "yaml", None)
     with pytest.raises(MissingExtraError, match=r"krea2-infra\[k8s\]"):
         to_yaml([])
+
+
+def test_pods_run_unprivileged_and_take_secrets_only_from_kubernetes_secrets():
+    cfg, run = load_launch(RUN_FILE, ['launch.secret_env={"WANDB_API_KEY" = "wandb/api-key"}'])
+    objects = training_manifests(cfg, run)
+    assert all(validation_errors(o) == [] for o in objects)
+    pod = by_kind(objects)["JobSet"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod = pod["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    ref = next(e for e in container["env"] if e["name"] == "WANDB_API_KEY")
+    assert ref == {"name": "WANDB_API_KEY",
+                   "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}  # fmt: skip
+    # A secret written as a plain value would land in the pod spec and the ConfigMap.
+    with pytest.raises(ConfigError, match=r"HF_TOKEN.*look like secrets.*secret_env"):
+        load_launch(RUN_FILE, ['launch.env={"HF_TOKEN" = "hf_abc"}'])
+    with pytest.raises(ConfigError, match="secret-name/key"):
+        load_launch(RUN_FILE, ['launch.secret_env={"X_TOKEN" = "no-key"}'])
+    image_user, _ = load_launch(RUN_FILE, ["launch.run_as_user=-1"])
+    jobset = by_kind(training_manifests(image_user, run))["JobSet"]
+    spec = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}

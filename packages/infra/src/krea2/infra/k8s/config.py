@@ -18,6 +18,11 @@ from typing import Any
 from krea2.infra.config import ConfigError, load_section
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Variable names that hold credentials (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, ...).
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.I
+)
 
 
 @dataclass
@@ -80,12 +85,35 @@ class LaunchConfig:
     max_restarts: int = 3  # the whole gang restarts from the last checkpoint
     rdzv_port: int = 29500
     hang_dir: str = ""  # watchdog bundles; "" -> <run_dir>/hang
+    # Secrets reach the pods only from Kubernetes Secrets: NAME -> "secret-name/key"
+    # (valueFrom.secretKeyRef). `env` values are plain text in the pod spec and, through the
+    # run file, in a ConfigMap, so a secret-looking name there is refused.
+    secret_env: dict[str, str] = field(default_factory=dict)
+    # The pods' user (securityContext runAsUser/runAsGroup/fsGroup, runAsNonRoot); -1 keeps
+    # the image's own user. Privilege escalation is off and every capability dropped.
+    run_as_user: int = 1000
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError(f"nodes={self.nodes}, gpus_per_node={self.gpus_per_node} must be >= 1")
         if self.faulty_avoidance not in ("hard", "soft"):
             raise ValueError(f"faulty_avoidance={self.faulty_avoidance!r}: 'hard' or 'soft'")
+        secretish = sorted(k for k in self.env if _SECRET_NAME.search(k))
+        if secretish:
+            raise ValueError(
+                f"env {secretish} look like secrets, and env values are written into the pod "
+                "spec and the run's ConfigMap; put them in a Kubernetes Secret and name it in "
+                'launch.secret_env (NAME = "secret-name/key")'
+            )
+        for name, ref in self.secret_env.items():
+            secret, _, key = ref.partition("/")
+            if not (_DNS_SUBDOMAIN.match(secret) and key):
+                raise ValueError(
+                    f"secret_env.{name}={ref!r} must be 'secret-name/key' (a Kubernetes "
+                    "Secret in the run's namespace and one of its keys)"
+                )
+        if self.run_as_user < -1:
+            raise ValueError(f"run_as_user={self.run_as_user}: a uid >= 0, or -1 (the image's)")
         for what in ("name", "namespace", "queue", "cluster_queue", "priority_class"):
             value = getattr(self, what)
             if value and not _DNS_LABEL.match(value):

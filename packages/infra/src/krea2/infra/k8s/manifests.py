@@ -114,6 +114,9 @@ def _env(cfg: LaunchConfig, run: RunFacts) -> list[dict[str, Any]]:
         "JOB_COMPLETION_INDEX": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
     }
     env += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in field_refs.items()]
+    for k, ref in sorted(cfg.secret_env.items()):
+        secret, key = ref.split("/", 1)  # checked by LaunchConfig
+        env.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     hang_dir = cfg.hang_dir or f"{run.run_dir.rstrip('/')}/hang"
     env += [
         {"name": "KREA2_HANG_DIR", "value": hang_dir},
@@ -142,6 +145,19 @@ def torchrun_args(cfg: LaunchConfig) -> list[str]:
     ]
 
 
+def security_contexts(cfg: LaunchConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod, container) securityContext: a non-root user (unless ``run_as_user`` is -1, the
+    image's own), the runtime's default seccomp profile, no privilege escalation, every
+    capability dropped. The root filesystem stays writable: compile and kernel caches
+    write under the home directory."""
+    pod: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if cfg.run_as_user >= 0:
+        uid = cfg.run_as_user
+        pod.update(runAsNonRoot=uid != 0, runAsUser=uid, runAsGroup=uid, fsGroup=uid)
+    container = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    return pod, container
+
+
 def pod_template(cfg: LaunchConfig, run: RunFacts) -> dict[str, Any]:
     resources = {"nvidia.com/gpu": str(cfg.gpus_per_node), "cpu": cfg.cpu, "memory": cfg.memory}
     resources.update(cfg.extra_resources)
@@ -160,8 +176,10 @@ def pod_template(cfg: LaunchConfig, run: RunFacts) -> dict[str, Any]:
         "labelSelector": {"matchLabels": {JOBSET_NAME_LABEL: cfg.name}},
         "topologyKey": "kubernetes.io/hostname",
     }
+    pod_security, container_security = security_contexts(cfg)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "securityContext": pod_security,
         "priorityClassName": cfg.priority_class,
         "terminationGracePeriodSeconds": 120,  # time to finish an async checkpoint
         "tolerations": tolerations(cfg),
@@ -179,6 +197,7 @@ def pod_template(cfg: LaunchConfig, run: RunFacts) -> dict[str, Any]:
                 "ports": [{"name": "rdzv", "containerPort": cfg.rdzv_port}],
                 "resources": {"requests": resources, "limits": dict(resources)},
                 "volumeMounts": mounts,
+                "securityContext": container_security,
             }
         ],
         "volumes": volumes,
