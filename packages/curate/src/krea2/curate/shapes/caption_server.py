@@ -10,12 +10,16 @@ description is cut into the five caption formats, as JSON.
 Faults on purpose, for tests and the caption check: ``omit_colors`` (colours the "VLM"
 never names: a consistent omission), ``fail_first`` (that many HTTP 503s first: an
 overloaded server), ``garbage`` (answers that are not what was asked).
+
+Hostile input gets a 4xx, never a traceback: a body over ``MAX_BODY_BYTES`` is refused (413)
+before it is read, images go through curate's safe decode (PNG/JPEG/WebP/GIF/BMP/TIFF
+only, the pixel count checked from the header: 413 past ``MAX_PIXELS``), malformed JSON or
+messages get 400, an undecodable image 422; off loopback a bearer token is required.
 """
 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import re
 import threading
@@ -25,8 +29,23 @@ from typing import Any
 
 import numpy as np
 
+from krea2.curate.config import DecodeLimits
+from krea2.curate.decode import DecodeError, decode
 from krea2.curate.shapes.detect import detect_objects
 from krea2.curate.shapes.spec import CELLS, SHAPES
+from krea2.infra.serving import check_bind, token_matches
+
+MAX_BODY_BYTES = 32 * 2**20  # a request (base64 images and all)
+MAX_PIXELS = 16_000_000  # per image, from its header, before any pixel is decoded
+TOKEN_ENV = "KREA2_CAPTION_TOKEN"
+
+
+class BadImage(ValueError):
+    """An image the server will not decode; ``status`` is the HTTP answer (413 or 422)."""
+
+    def __init__(self, error: DecodeError) -> None:
+        super().__init__(f"image refused: {error}")
+        self.status = 413 if error.reason in ("too_many_pixels", "file_too_large") else 422
 
 
 @dataclass
@@ -72,8 +91,6 @@ def rewrite(description: str) -> str:
 
 def answer(body: dict[str, Any], faults: Faults) -> str:
     """The text a chat request gets."""
-    from PIL import Image
-
     user = [m for m in body["messages"] if m.get("role") == "user"][-1]["content"]
     parts = user if isinstance(user, list) else [{"type": "text", "text": user}]
     text = " ".join(p.get("text", "") for p in parts if p.get("type") == "text")
@@ -83,8 +100,7 @@ def answer(body: dict[str, Any], faults: Faults) -> str:
     if images and "were grouped together" in text:  # name a group (naming.NAME_PROMPT)
         return name_group([_pixels(u) for u in images])
     if images:
-        data = base64.b64decode(images[0].split(",", 1)[1])
-        pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        pixels = _pixels(images[0])
         m = re.search(r"Text found by OCR: (\".*?\")\n", text)
         return describe(pixels, json.loads(m.group(1)) if m else "", faults.omit_colors)
     m = re.search(r"Description: (.*)\Z", text, re.S)
@@ -92,10 +108,14 @@ def answer(body: dict[str, Any], faults: Faults) -> str:
 
 
 def _pixels(url: str) -> np.ndarray:
-    from PIL import Image
-
-    data = base64.b64decode(url.split(",", 1)[1])
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    """(h, w, 3) uint8 pixels of a ``data:`` URL, by curate's safe decode (longest side kept
+    up to 4096 px); :class:`BadImage` for anything it refuses."""
+    data = base64.b64decode(url.split(",", 1)[1], validate=True)
+    limits = DecodeLimits(max_bytes=MAX_BODY_BYTES, max_pixels=MAX_PIXELS, analysis_size=4096)
+    try:
+        return np.asarray(decode(data, limits).pixels)
+    except DecodeError as exc:
+        raise BadImage(exc) from None
 
 
 def name_group(images: list[np.ndarray]) -> str:
@@ -113,26 +133,40 @@ def name_group(images: list[np.ndarray]) -> str:
     return json.dumps({"name": name, "flag": flag})
 
 
-def _handler(faults: Faults) -> type[BaseHTTPRequestHandler]:
+def _handler(faults: Faults, token: str | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            if token and not token_matches(self.headers.get("Authorization"), token):
+                return self._send(401, {"error": "a bearer token is required"}, close=True)
             if self.path.rstrip("/") != "/v1/chat/completions":
-                return self._send(404, {"error": f"no route {self.path}"})
+                return self._send(404, {"error": f"no route {self.path}"}, close=True)
+            declared = (self.headers.get("Content-Length") or "").strip()
+            if not declared.isdigit():
+                return self._send(411, {"error": "a Content-Length is required"}, close=True)
+            if int(declared) > MAX_BODY_BYTES:
+                return self._send(413, {"error": f"body over {MAX_BODY_BYTES} bytes"}, close=True)
             with faults.lock:
                 faults.served += 1
                 busy = faults.served <= faults.fail_first
             if busy:
                 return self._send(503, {"error": "overloaded"})
             try:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.loads(self.rfile.read(int(declared)))
                 content = answer(body, faults)
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                return self._send(400, {"error": f"bad request: {exc}"})
+            except BadImage as exc:
+                return self._send(exc.status, {"error": str(exc)})
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+                return self._send(400, {"error": f"bad request: {type(exc).__name__}: {exc}"})
+            except RecursionError:
+                return self._send(400, {"error": "bad request: JSON nested too deeply"})
             self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}]})
 
-        def _send(self, status: int, payload: dict) -> None:
+        def _send(self, status: int, payload: dict, close: bool = False) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            if close:  # the body was not read: the connection cannot carry another request
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -145,10 +179,12 @@ def _handler(faults: Faults) -> type[BaseHTTPRequestHandler]:
 
 
 def start_caption_server(
-    host: str = "127.0.0.1", port: int = 0, **faults: Any
+    host: str = "127.0.0.1", port: int = 0, token: str | None = None, **faults: Any
 ) -> tuple[ThreadingHTTPServer, str]:
-    """Serve in a daemon thread; returns (the server, its base URL). ``faults``: the
-    ``Faults`` fields. Stop it with ``server.shutdown()``."""
-    server = ThreadingHTTPServer((host, port), _handler(Faults(**faults)))
+    """Serve in a daemon thread; returns (the server, its base URL). ``token``: the bearer
+    token every request must carry (required off loopback: ``TokenRequired``). ``faults``:
+    the ``Faults`` fields. Stop it with ``server.shutdown()``."""
+    check_bind(host, token, "the caption server", TOKEN_ENV)
+    server = ThreadingHTTPServer((host, port), _handler(Faults(**faults), token))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
