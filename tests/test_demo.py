@@ -13,23 +13,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from browser_screenshot import find_chromium, render_page
+from demo_runs import DEMO, run_demo
 from PIL import Image
 
 from krea2.infra.pause import pause_env, wait_for_pause
-
-DEMO = [sys.executable, "-c", "from krea2.infra.host import main; main()", "demo", "--quick"]
-
-
-def run_demo(out: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [*DEMO, "--out", str(out), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
 def stop_in(out: Path, stage: str, point: str, count: int, sig: signal.Signals) -> tuple[int, str]:
@@ -110,18 +103,6 @@ def demo(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
-    """A plain run through the last export: the rows the stopped runs must reproduce."""
-    out = tmp_path_factory.mktemp("demo-uninterrupted")
-    result = run_demo(out, "--until", "export-64")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "stopped after export-64" in result.stdout
-    assert (out / "stages" / "export-64.json").exists()
-    assert not (out / "stages" / "pretrain.json").exists()
-    return out
-
-
 def shard_rows(out: Path) -> dict[str, list[tuple]]:
     """Every exported row, in order, per training stage: key, image digest, captions."""
     import pyarrow.parquet as pq
@@ -134,8 +115,10 @@ def shard_rows(out: Path) -> dict[str, list[tuple]]:
     return rows
 
 
-@pytest.mark.timeout(1800)  # builds both runs: the stopped-and-resumed one and a plain one
-def test_interrupted_runs_resume_to_exactly_the_rows_of_an_uninterrupted_run(demo, uninterrupted):
+@pytest.mark.timeout(1800)  # builds the stopped-and-resumed run, may wait for the plain one
+def test_interrupted_runs_resume_to_exactly_the_rows_of_an_uninterrupted_run(demo, plain_demo):
+    uninterrupted, record = plain_demo
+    assert record["returncode"] == 0, record["stdout"] + record["stderr"]
     assert shard_rows(demo) == shard_rows(uninterrupted)
     got = json.loads((demo / "summary.json").read_text())
     want = {

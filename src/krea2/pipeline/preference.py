@@ -52,14 +52,18 @@ def run_objective(
 ) -> dict:
     """Preference-tune ``job``'s final pretraining stage (finished) with ``objective``
     (``stpo`` or ``dpo``) on pairs of the ``train`` concepts' prompts, ranked by the rubric
-    + 0.5 x artifact reward (its head at ``work/artifact.npz``), sized by
-    ``cfg.preference``; evaluated on the ``held_out`` concepts' prompts and scenes.
+    alone (ties left out; the artifact reward, its head at ``work/artifact.npz``, is
+    measured, not ranked by), sized by ``cfg.preference``; evaluated on the ``held_out``
+    concepts' prompts and scenes.
     Resumable under ``work``. Returns ``krea2.rl.preference.preference_stage``'s result
     (JSON-able: curves, pretrained/tuned measures, samples as uint8 [P, S, H, W, 3]
     ``.npy`` paths, pairs, seconds, and ``note`` when there was no pair)."""
     from krea2.rl.preference import preference_stage, shapes_preference_reward
 
-    reward = shapes_preference_reward(work / "artifact.npz")
+    # Weight 0: on the SFT model's samples the artifact head reads P(defect) 0.9-0.99 for
+    # nearly all of them, so ranking rubric ties by it made half the pairs noise, and PO
+    # lowered the artifact reward it was ranked by (docs/rl.md, "Which pairs").
+    reward = shapes_preference_reward(work / "artifact.npz", artifact_weight=0.0)
     return preference_stage(
         job,
         len(job.stages) - 1,

@@ -91,8 +91,8 @@ def preference_section(results: dict[str, dict], prompts: list[str]) -> str:
     parts = [html.table(preference.HEADERS, preference.comparison_rows(results))]
     pairs = next(iter(results.values()))["pairs"]
     trained = (
-        f"{pairs} on-policy pairs from the final pretrained model (best vs worst sample of a "
-        "training-concept prompt by rubric + 0.5 x artifact reward); each objective trained "
+        f"{pairs} on-policy pairs from the SFT model (k-th best vs k-th worst sample of a "
+        "training-concept prompt by the rubric, ties left out); each objective trained "
         "from the same start on them and measured on the held-out prompts. "
         if pairs
         else ""
