@@ -175,3 +175,27 @@ def test_help_renders_at_80_columns_without_ragged_lines(path, monkeypatch, caps
         words = line.split()
         if after.strip() and 0 < len(words) <= 2 and not line.strip().startswith("Usage"):
             pytest.fail(f"ragged line {line!r} before {after!r}")
+
+
+def test_every_help_renders_at_80_columns(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    for path, _ in commands():
+        assert host.run_cli(host.app, [*path, "--help"]) == 0, " ".join(path)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines and max(len(line) for line in lines) <= 80, " ".join(path)
+
+
+# Each package's reference page (docs/<page>.md) names every sub-command of its group.
+DOC_PAGE = {"train": "trainer"}
+
+
+def test_every_sub_command_is_in_its_packages_reference_page():
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    missing = []
+    for path, command in commands():
+        if len(path) < 2 or is_group(command):
+            continue
+        page = docs / f"{DOC_PAGE.get(path[0], path[0])}.md"
+        if page.exists() and f"krea2 {' '.join(path)}" not in page.read_text():
+            missing.append(f"krea2 {' '.join(path)} ({page.name})")
+    assert not missing, f"sub-commands no reference page shows: {missing}"
