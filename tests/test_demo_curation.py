@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,25 +9,11 @@ import pytest
 from PIL import Image
 
 from krea2.infra import UserError
-from krea2.krablet import start_shard, stop_shard
 from krea2.pipeline import curation
 
 
-@pytest.fixture
-def cluster(tmp_path: Path):
-    from krea2.krablet import Cluster
-
-    root = Path(tempfile.mkdtemp(prefix="demo-curation-pg-", dir="/tmp"))
-    root.chmod(0o755)
-    dsn = start_shard(root / "shard-000")
-    path = Cluster([dsn]).save(tmp_path / "cluster.json")
-    yield path
-    stop_shard(root / "shard-000", mode="immediate")
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def test_workers_that_exit_0_with_rows_left_do_not_complete_the_stage(
-    cluster: Path, tmp_path: Path, monkeypatch
+    cluster_file: Path, tmp_path: Path, monkeypatch
 ):
     pool = tmp_path / "pool"
     pool.mkdir()
@@ -41,5 +25,5 @@ def test_workers_that_exit_0_with_rows_left_do_not_complete_the_stage(
     # Workers that stop early and still exit 0 (as a signalled worker used to): nothing done.
     monkeypatch.setattr(curation, "parallel", lambda cmds, log=None, **kw: ran.extend(cmds))
     with pytest.raises(UserError, match="'analyze' ended with 0 of 3 rows done"):
-        curation.curate_pool(pool, cluster, workers=2, log=tmp_path / "log")
-    assert ran == [["curate", "run", "--stages", "analyze", "--cluster", str(cluster)]] * 2
+        curation.curate_pool(pool, cluster_file, workers=2, log=tmp_path / "log")
+    assert ran == [["curate", "run", "--stages", "analyze", "--cluster", str(cluster_file)]] * 2

@@ -118,20 +118,3 @@ def ocr_engine():
     from krea2.curate.ocr import OcrEngine
 
     return OcrEngine()
-
-
-@pytest.fixture(scope="session")
-def pg_server():
-    """One embedded PostgreSQL (pgserver) for the session; each test makes its own database."""
-    from krea2.krablet.testing import embedded_servers
-
-    with embedded_servers("curate-test-pg-") as (dsn,):
-        yield dsn
-
-
-@pytest.fixture
-def cluster_file(pg_server, tmp_path) -> Path:
-    """A fresh one-shard krablet cluster (a new database), saved as a cluster file."""
-    from krea2.krablet.testing import fresh_cluster_file
-
-    return fresh_cluster_file([pg_server], tmp_path / "cluster.json")

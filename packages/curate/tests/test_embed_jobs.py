@@ -48,22 +48,12 @@ def _invoke(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory, pg_server):
-    import secrets
-
-    import psycopg
     import torch
 
-    from krea2.krablet import Cluster
+    from krea2.krablet.testing import fresh_cluster_file
 
     tmp_path = tmp_path_factory.mktemp("embed-jobs")
-    db = f"c_{secrets.token_hex(6)}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    base, _, query = pg_server.partition("?")
-    dsn = base.rsplit("/", 1)[0] + f"/{db}" + (f"?{query}" if query else "")
-    cluster = Cluster([dsn], secret=secrets.token_hex(16))
-    cluster_file = cluster.save(tmp_path / "cluster.json")
-    cluster.close()
+    cluster_file = fresh_cluster_file([pg_server], tmp_path / "cluster.json")
     pool = tmp_path / "pool"
     write_pool(
         make_pool(

@@ -14,29 +14,12 @@ from krea2.curate.warehouse import ingest_rows
 from krea2.infra.errors import UserError
 
 
-def _database(pg_server: str) -> str:
-    import secrets
-
-    import psycopg
-
-    db = f"v_{secrets.token_hex(6)}"
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    base, _, query = pg_server.partition("?")
-    return base.rsplit("/", 1)[0] + f"/{db}" + (f"?{query}" if query else "")
-
-
 @pytest.fixture
 def two_shards(pg_server, tmp_path) -> str:
     """A two-shard cluster file (two databases of the session's pgserver)."""
-    import secrets
+    from krea2.krablet.testing import fresh_cluster_file
 
-    from krea2.krablet import Cluster
-
-    cluster = Cluster([_database(pg_server), _database(pg_server)], secret=secrets.token_hex(16))
-    path = cluster.save(tmp_path / "cluster.json")
-    cluster.close()
-    return str(path)
+    return str(fresh_cluster_file([pg_server, pg_server], tmp_path / "cluster.json"))
 
 
 def _unit(n: int, d: int, seed: int) -> np.ndarray:

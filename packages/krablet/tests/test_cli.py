@@ -99,6 +99,27 @@ def test_down_and_up_one_shard(data_dir):
     assert krablet("down", "--data", str(data_dir), "--shard", "5").returncode == 2
 
 
+def test_a_stopped_embedded_warehouse_says_how_to_start_it(data_dir):
+    from krea2.krablet import load_cluster
+    from krea2.krablet.connections import ShardUnavailable
+
+    assert krablet("up", "--shards", "1", "--data", str(data_dir)).returncode == 0
+    path = data_dir / "cluster.json"
+    assert krablet("down", "--data", str(data_dir)).returncode == 0
+    fix = f"krea2 krablet up --data {data_dir.resolve()}"
+    cluster = load_cluster(path)
+    with pytest.raises(ShardUnavailable, match="started by `krea2 krablet up`") as err:
+        cluster.connect(0)
+    assert fix in str(err.value)
+    with pytest.raises(ShardUnavailable) as err, cluster.connection(0):
+        pass  # the pooled path says the same
+    assert fix in str(err.value)
+    cluster.close()
+    retry = krablet("retry", "t.j", "--all", "--yes", "--cluster", str(path))
+    assert retry.returncode == 3 and fix in retry.stderr, retry.stderr
+    assert "Traceback" not in retry.stderr
+
+
 def done_table(cluster, tmp_path) -> tuple[Warehouse, str]:
     """Table t: rows a, b, c done by job j (x = 'old'), d failed once; the cluster file."""
     table = Table("t", columns={"x": "text"}, jobs=[Job("j", result="x", backoff_s=600)])

@@ -58,6 +58,23 @@ def test_train_sample_writes_the_runs_own_images_and_a_labelled_grid(run, tmp_pa
     assert (under_first_row < 128).any()  # dark text pixels: the prompt is written there
 
 
+def test_train_sample_draws_the_size_asked_for_and_refuses_one_off_the_grid(run, tmp_path):
+    from krea2.trainer.inference import load_run, sample_run
+
+    side = load_run(run).stages[0].resolution
+    out = tmp_path / "wide"
+    sample_run(run, PROMPTS[:1], out, seeds=[0], steps=2, size=(2 * side, side))
+    image = np.asarray(Image.open(out / "p00-s0.png"))
+    assert image.shape == (side, 2 * side, 3)  # height, width
+    assert json.loads((out / "grid.json").read_text())["size"] == [2 * side, side]
+    bad = krea2("train", "sample", str(run), "-p", "x", "--size", f"{side + 1}x{side}",
+                "--out", str(tmp_path / "bad"))  # fmt: skip
+    assert bad.returncode == 2 and f"--size {side + 1}x{side}: width and height must be" in (
+        bad.stderr
+    )
+    assert "Traceback" not in bad.stderr and not (tmp_path / "bad").exists()
+
+
 def test_train_sample_names_what_is_missing(run, tmp_path):
     bad_stage = krea2("train", "sample", str(run), "--stage", "p99", "-p", "x", "--out", "o")
     assert bad_stage.returncode == 2

@@ -110,6 +110,21 @@ class Cluster:
             out.setdefault(self.shard_of(key), []).append(key)
         return out
 
+    @property
+    def down_hint(self) -> str:
+        """What to do when a shard is down: for shards ``krea2 krablet up`` started, the
+        command that starts them again; else "" (a server someone else runs)."""
+        data = (self.embedded or {}).get("data")
+        if not data:
+            return ""
+        where = ""
+        if self.path and Path(self.path).resolve() != (Path(data) / "cluster.json").resolve():
+            where = f" --cluster-file {self.path}"
+        return (
+            "its shards were started by `krea2 krablet up` and are not running; start them "
+            f"again with `krea2 krablet up --data {data}{where}`"
+        )
+
     def describe(self, shard: int) -> str:
         """``shard N (host:port)``: how messages name a shard (never with its password)."""
         return f"shard {shard} ({shard_host(self.shards[shard])})"
@@ -121,7 +136,7 @@ class Cluster:
         try:
             return psycopg.connect(self.shards[shard], **kwargs)
         except psycopg.OperationalError as exc:
-            raise ShardUnavailable(shard, self.shards[shard], str(exc)) from None
+            raise ShardUnavailable(shard, self.shards[shard], str(exc), self.down_hint) from None
 
     def connection(self, shard: int) -> AbstractContextManager[psycopg.Connection]:
         """A pooled autocommit connection to one shard, returned to the pool on exit.
@@ -138,7 +153,11 @@ class Cluster:
             pool = self._pools.get(shard)
             if pool is None:
                 pool = ShardPool(
-                    shard, self.shards[shard], self.connect_timeout_s, max_size=max_size
+                    shard,
+                    self.shards[shard],
+                    self.connect_timeout_s,
+                    max_size=max_size,
+                    hint=self.down_hint,
                 )
                 self._pools[shard] = pool
             return pool

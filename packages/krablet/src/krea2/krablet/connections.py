@@ -58,13 +58,15 @@ class ShardsUnreachable(UserError):
 class ShardUnavailable(ShardsUnreachable):
     """A shard cannot be reached; the message names the shard and its host, never a password."""
 
-    def __init__(self, shard: int, dsn: str, reason: str) -> None:
+    def __init__(self, shard: int, dsn: str, reason: str, hint: str = "") -> None:
         lines = reason.replace(dsn, redact(dsn)).strip().splitlines()
         self.shard = shard
         self.host = shard_host(dsn)
         self.reason = lines[0] if lines else reason
+        self.hint = hint
         super().__init__(
             f"shard {shard} ({self.host}) is unreachable: {self.reason} [DSN {redact(dsn)}]"
+            + (f"; {hint}" if hint else "")
         )
 
 
@@ -82,8 +84,9 @@ class ShardPool:
         connect_timeout_s: float = 3.0,
         max_size: int = 8,
         wait_s: float = 30.0,
+        hint: str = "",
     ) -> None:
-        self.shard, self.dsn = shard, dsn
+        self.shard, self.dsn, self.hint = shard, dsn, hint
         self.connect_timeout_s, self.max_size, self.wait_s = connect_timeout_s, max_size, wait_s
         self.failures = 0  # consecutive failed connects / lost connections
         self.down_since: float | None = None  # monotonic time of the first of those failures
@@ -110,7 +113,9 @@ class ShardPool:
         """Raise at once while the circuit is open; True if this caller is the probe."""
         with self._lock:
             if self._closed:
-                raise ShardUnavailable(self.shard, self.dsn, "its connections are closed")
+                raise ShardUnavailable(
+                    self.shard, self.dsn, "its connections are closed", self.hint
+                )
             if self.down_since is None:
                 return False
             if self._probing or time.monotonic() < self._retry_at:
@@ -118,6 +123,7 @@ class ShardPool:
                     self.shard,
                     self.dsn,
                     f"{self.last_error} (down for {self.down_for():.1f}s; retrying with backoff)",
+                    self.hint,
                 )
             self._probing = True
             return True
@@ -148,7 +154,7 @@ class ShardPool:
             if not self._slots.acquire(timeout=self.wait_s):
                 raise ShardUnavailable(
                     self.shard, self.dsn, f"all {self.max_size} connections busy for {self.wait_s}s"
-                )
+                )  # busy, not down: no hint
             try:
                 conn = self._checkout()
             except BaseException:
@@ -164,7 +170,7 @@ class ShardPool:
             if conn.closed or conn.broken:  # the server went away mid-query
                 self._trip(exc)
                 self._return(conn)
-                raise ShardUnavailable(self.shard, self.dsn, str(exc)) from exc
+                raise ShardUnavailable(self.shard, self.dsn, str(exc), self.hint) from exc
             self._return(conn)
             raise
         except BaseException:
@@ -194,7 +200,7 @@ class ShardPool:
             )
         except psycopg.OperationalError as exc:
             self._trip(exc)
-            raise ShardUnavailable(self.shard, self.dsn, str(exc)) from None
+            raise ShardUnavailable(self.shard, self.dsn, str(exc), self.hint) from None
         self._recovered()
         return conn
 

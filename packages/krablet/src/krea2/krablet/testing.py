@@ -1,16 +1,10 @@
 """Real PostgreSQL for tests: embedded shards for a session and fresh databases per test.
 
 Shared by the test suites of krablet and of the packages that store in it (curate, rl),
-so every suite starts, isolates and stops its servers one way::
-
-    @pytest.fixture(scope="session")
-    def pg_server():
-        with embedded_servers("curate-test-", 1) as (dsn,):
-            yield dsn
-
-    @pytest.fixture
-    def cluster_file(pg_server, tmp_path):
-        return fresh_cluster_file([pg_server], tmp_path / "cluster.json")
+so every suite starts, isolates and stops its servers one way. The pytest plugin that
+krablet installs (``krea2.krablet._pytest_plugin``, entry point ``pytest11``) gives every
+suite the two fixtures built from these: ``pg_server`` (one embedded server for the
+session) and ``cluster_file`` (a fresh one-shard cluster per test).
 """
 
 from __future__ import annotations
@@ -25,7 +19,13 @@ from pathlib import Path
 from krea2.krablet.cluster import Cluster
 from krea2.krablet.embedded import start_shard, stop_shard
 
-__all__ = ["embedded_servers", "fresh_cluster", "fresh_cluster_file", "with_database"]
+__all__ = [
+    "embedded_servers",
+    "fresh_cluster",
+    "fresh_cluster_file",
+    "fresh_database",
+    "with_database",
+]
 
 
 @contextmanager
@@ -50,20 +50,22 @@ def with_database(dsn: str, db: str) -> str:
     return base.rsplit("/", 1)[0] + f"/{db}" + (f"?{query}" if query else "")
 
 
-def fresh_cluster(servers: list[str]) -> Cluster:
-    """A cluster of one new, empty database on each of ``servers`` (a fresh secret): a test
-    never sees another's tables."""
+def fresh_database(server: str) -> str:
+    """The DSN of a new, empty database (a random name) on the server ``server`` points at."""
     import psycopg
 
     from krea2.krablet.sql import ddl
 
     db = f"t_{secrets.token_hex(6)}"
-    dsns = []
-    for dsn in servers:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(ddl.create_database(db))
-        dsns.append(with_database(dsn, db))
-    return Cluster(dsns, secret=secrets.token_hex(16))
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(ddl.create_database(db))
+    return with_database(server, db)
+
+
+def fresh_cluster(servers: list[str]) -> Cluster:
+    """A cluster of one new, empty database on each of ``servers`` (a server named twice
+    holds two shards; a fresh secret): a test never sees another's tables."""
+    return Cluster([fresh_database(dsn) for dsn in servers], secret=secrets.token_hex(16))
 
 
 def fresh_cluster_file(servers: list[str], path: Path) -> Path:

@@ -303,6 +303,12 @@ def sample(
         help="a style reference IMG[:STRENGTH] (repeatable; strength >= 0, default 1) for a "
         "style stage's module",
     ),
+    size: str = typer.Option(
+        None,
+        "--size",
+        help="WIDTHxHEIGHT in pixels, e.g. 96x64 for a bucket that is not square (default: "
+        "the stage's resolution, square)",
+    ),
 ) -> None:
     """Sample a run's checkpoint with the run's own text conditioning, prediction type and
     time shift (what krea2 dit sample cannot rebuild, e.g. the toy's word table); writes
@@ -316,11 +322,12 @@ def sample(
     Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "blob 3 in cell 4"
     --seeds 0,1 --steps 20 --out samples/
     """
-    from krea2.dit import parse_style_ref
+    from krea2.dit import parse_size, parse_style_ref
     from krea2.infra.errors import UserError
     from krea2.trainer.inference import sample_run
 
     refs = [parse_style_ref(spec) for spec in style_ref or []]
+    wh = parse_size(size) if size else None
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
@@ -342,5 +349,5 @@ def sample(
         for p, e in zip(prompt, expanded, strict=True):
             typer.echo(f"{p!r} -> {e!r}")
         prompt = expanded
-    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg, style_refs=refs)
+    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg, refs, wh)
     typer.echo(f"wrote {len(prompt) * len(seed_list)} images and {grid}")

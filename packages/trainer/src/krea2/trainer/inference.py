@@ -128,17 +128,25 @@ def sample_module(
     cfg_scale: float,
     on_step: Callable[[], None] | None = None,
     style: tuple[Tensor, Tensor] | None = None,
+    size: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """:func:`sample_stage` with the stage's module already loaded; ``on_step()`` follows
-    each of the ``steps * len(seeds)`` Euler steps."""
+    each of the ``steps * len(seeds)`` Euler steps. ``size``: (width, height) in pixels,
+    each a multiple of the autoencoder's factor × the patch (None: the stage's square
+    resolution); the time shift follows its token count, as in training's buckets."""
     stage = job.stages[stage_index]
     device = next(module.parameters()).device
     ae = build_autoencoder(job.model, device)
-    side = stage.resolution
-    tokens = (side // (ae.spatial_factor * dit_config(job, stage).patch)) ** 2
-    mu = stage_mu(stage.time_shift, tokens)
+    cell = ae.spatial_factor * dit_config(job, stage).patch
+    w, h = size or (stage.resolution, stage.resolution)
+    if w % cell or h % cell or w <= 0 or h <= 0:
+        raise UserError(
+            f"--size {w}x{h}: width and height must be positive multiples of {cell} "
+            f"(the autoencoder's {ae.spatial_factor} x the patch)"
+        )
+    mu = stage_mu(stage.time_shift, (w // cell) * (h // cell))
     return sample_grid(
-        module, ae, prompts, seeds, (side, side), steps, cfg_scale, mu, on_step, style=style
+        module, ae, prompts, seeds, (w, h), steps, cfg_scale, mu, on_step, style=style
     )
 
 
@@ -231,13 +239,15 @@ def sample_run(
     steps: int | None = None,
     cfg_scale: float | None = None,
     style_refs: list[tuple[Path, float]] | None = None,
+    size: tuple[int, int] | None = None,
 ) -> Path:
     """Sample a run's checkpoint the way its trainer does and write ``out/grid.png`` (the
     prompts written under their rows, settings in ``grid.json``) and one PNG per image,
     ``p<row>-s<seed>.png``. ``steps``/``cfg_scale`` None: the stage's own sampling (a
     distilled student's steps without CFG), else 20 steps at CFG 2. ``style_refs``:
-    (image, strength) references for a style stage's module. Shows progress (a bar on a
-    terminal). Returns the grid's path."""
+    (image, strength) references for a style stage's module. ``size``: (width, height),
+    None: the stage's square resolution. Shows progress (a bar on a terminal). Returns the
+    grid's path."""
     from PIL import Image
 
     from krea2.infra.progress import progress
@@ -258,7 +268,7 @@ def sample_run(
     module = load_stage_module(job, index, trained=True, step=step)
     with progress(f"sample {name}", steps * len(seeds), unit="step") as bar:
         images = sample_module(
-            job, index, module, prompts, seeds, steps, cfg_scale, on_step=bar.advance, style=style
+            job, index, module, prompts, seeds, steps, cfg_scale, bar.advance, style, size
         )
     out.mkdir(parents=True, exist_ok=True)
     for i in range(len(prompts)):
@@ -271,6 +281,7 @@ def sample_run(
         "seeds": seeds,
         "steps": steps,
         "cfg": cfg_scale,
+        "size": list(images.shape[3:1:-1]),  # width, height
         "conditioning": conditioning_record(job, job.stages[index]),
         "style_refs": [[str(p), s] for p, s in style_refs or []],
     }
