@@ -124,6 +124,25 @@ def test_an_export_that_writes_fewer_rows_says_why_and_what_to_change(tmp_path):
     assert "krea2 curate run" in ExportStats(kept=0).shortfall()[0]
 
 
+def test_the_rows_an_export_leaves_out_are_named_with_their_reason(tmp_path):
+    from krea2.curate.export import DROPPED_FILE, dropped_rows_file
+
+    bad = [*_samples(6), Sample("pool/bad", b"not an image", {"short": "x"})]
+    stats = export_shards(bad, tmp_path / "o", "s", side=32, batch_size=4,
+                          side_files=dropped_rows_file)  # fmt: skip
+    rows = (tmp_path / "o" / DROPPED_FILE).read_text().splitlines()
+    assert rows[0] == "image_key\treason\tdetail"
+    named = {line.split("\t")[0]: line.split("\t")[1] for line in rows[1:]}
+    assert named.pop("pool/bad") == "undecodable"
+    assert sorted(named) == sorted(stats.dropped_keys) and set(named.values()) == {
+        "incomplete_batch"
+    }
+    assert len(named) == stats.dropped_tail > 0
+    whole = export_shards(_samples(4), tmp_path / "w", "s", side=32, batch_size=1,
+                          side_files=dropped_rows_file)  # fmt: skip
+    assert whole.dropped_tail == 0 and not (tmp_path / "w" / DROPPED_FILE).exists()
+
+
 def test_a_second_export_into_a_folder_replaces_the_first_and_foreign_files_are_refused(tmp_path):
     from krea2.curate.export_folder import MANIFEST
     from krea2.infra.errors import UserError

@@ -120,8 +120,8 @@ class ExportStats:
             out.append(f"{self.failed} images failed to decode and were skipped")
         if self.dropped_tail:
             out.append(
-                f"{self.dropped_tail} rows dropped: each bucket keeps only whole batches of "
-                f"{self.batch_size} rows; a smaller --batch-size keeps more"
+                f"{self.dropped_tail} rows dropped (named in dropped.tsv): each bucket keeps "
+                f"only whole batches of {self.batch_size} rows; a smaller --batch-size keeps more"
             )
         return out
 
@@ -300,6 +300,21 @@ def weighted(rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
+DROPPED_FILE = "dropped.tsv"
+
+
+def dropped_rows_file(stats: ExportStats) -> dict[str, str]:
+    """``export_shards``' ``side_files`` for the warehouse export: the rows it left out by
+    key, ``image_key<TAB>reason<TAB>detail`` in ``dropped.tsv`` beside the shards (reasons
+    ``incomplete_batch``, ``undecodable``); nothing when every row was written."""
+    whole = f"batches of {stats.batch_size}; a smaller --batch-size keeps more"
+    lines = [f"{k}\tincomplete_batch\t{whole}" for k in stats.dropped_keys]
+    lines += [f"{k}\tundecodable\t" for k in stats.failed_keys]
+    if not lines:
+        return {}
+    return {DROPPED_FILE: "\n".join(["image_key\treason\tdetail", *lines]) + "\n"}
+
+
 def export_warehouse(
     wh: Warehouse,
     out_dir: Path,
@@ -312,7 +327,8 @@ def export_warehouse(
     progress: Callable[[Iterator[Sample], int], Iterable[Sample]] | None = None,
 ) -> ExportStats:
     """``export_shards`` of the warehouse's kept rows (``kept_rows``), with the captions the
-    ``captions`` stage wrote; rows without captions are skipped (``stats.uncaptioned``).
+    ``captions`` stage wrote; rows without captions are skipped (``stats.uncaptioned``), and
+    rows packing or decoding left out are named in ``dropped.tsv`` (``dropped_rows_file``).
     ``stage`` defaults to ``str(side)``; ``progress(samples, total)`` may wrap the samples
     (e.g. ``rich.progress.track``)."""
     from krea2.curate.warehouse import kept_rows
@@ -325,7 +341,7 @@ def export_warehouse(
         samples = progress(samples, len(rows))  # type: ignore[arg-type]
     stats = export_shards(
         samples, out_dir, stage or str(side), side, seed, batch_size, rows_per_file,
-        image_format, stats,
+        image_format, stats, side_files=dropped_rows_file,
     )  # fmt: skip
     if stats.uncaptioned:
         stats.caption_error = caption_error(wh)
