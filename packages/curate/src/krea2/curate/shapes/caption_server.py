@@ -149,7 +149,7 @@ def _handler(faults: Faults, token: str | None) -> type[BaseHTTPRequestHandler]:
                 faults.served += 1
                 busy = faults.served <= faults.fail_first
             if busy:
-                return self._send(503, {"error": "overloaded"})
+                return self._send(503, {"error": "overloaded"}, close=True)
             try:
                 body = json.loads(self.rfile.read(int(declared)))
                 content = answer(body, faults)
