@@ -153,7 +153,10 @@ def test_the_recipes_preference_tables_sample_as_eval_does(quick):
         cfg.eval.cfg,
         cfg.eval.seeds,
     )
-    assert (p.max_train_prompts, p.samples_per_prompt) == ((8, 2) if quick else (64, 4))
+    # the full recipe: every training prompt x 8 samples, 4 rubric-decided pairs each
+    assert (p.max_train_prompts, p.samples_per_prompt, p.pairs_per_prompt) == (
+        (8, 2, 1) if quick else (256, 8, 4)
+    )
     assert p.steps == (6 if quick else 150)
     assert load_demo_config(quick, overrides=["eval.steps=5"]).preference.sample_steps == 5
 
