@@ -222,7 +222,7 @@ jobs:
 {setup()}      - name: install
         run: uv sync
       - name: every package's tests and the cross-package tests
-        run: uv run pytest -n 2 --dist loadscope
+        run: uv run pytest -n 3 --dist loadscope
       - name: quick demo
         run: uv run krea2 demo --quick --out demo-out
       - uses: actions/upload-artifact@v4

@@ -126,10 +126,10 @@ def test_publishing_is_tag_triggered_and_uses_trusted_publishing(name):
 
 def test_integration_runs_the_readme_test_command_and_the_quick_demo():
     steps = run_steps(load(WORKFLOWS / "integration.yml"), "integration")
-    command = "uv run pytest -n 2 --dist loadscope"  # the README's, as .ci/run runs it
+    command = "uv run pytest -n 3 --dist loadscope"  # the README's, as .ci/run runs it
     assert command in steps and "krea2 demo --quick" in steps
     assert command in (ROOT / "README.md").read_text()
-    assert "pytest -n 2 --dist loadscope" in (ROOT / ".ci" / "run").read_text()
+    assert "pytest -n 3 --dist loadscope" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_workflows_are_what_the_generator_writes():
