@@ -110,25 +110,32 @@ def noise_any_size(n: int, seed: int) -> list[bytes]:
     return out
 
 
-def verdicts(data: bytes, settings: dict[str, StageThresholds]) -> dict[str, dict[str, bool]]:
-    """Per threshold setting, each cheap filter's pass (True) or fail, on one decode."""
+def verdicts(
+    data: bytes, settings: dict[str, StageThresholds]
+) -> tuple[dict[str, dict[str, bool]], float | None]:
+    """Per threshold setting, each cheap filter's pass (True) or fail, and the neighbour
+    correlation (None for a broken file), all on one decode."""
     try:
         image = decode(data, CurateConfig().decode)
     except DecodeError:
-        return {k: {"broken": False} for k in settings}
+        return {k: {"broken": False} for k in settings}, None
     shared = planes(image.pixels)
-    return {
+    passed = {
         k: {r.name: r.passed for r in run_cheap_filters(image, t, shared)}
         for k, t in settings.items()
     }
+    return passed, shared.neighbour_corr
 
 
 def false_rejects(photos: list[tuple[str, bytes]], settings) -> dict:
     fails = {k: {f: 0 for f in CHEAP_FILTERS} for k in settings}
     rejected = {k: 0 for k in settings}
     names: dict[str, dict[str, int]] = {k: {} for k in settings}
+    corr = []
     for name, data in photos:
-        for k, passed in verdicts(data, settings).items():
+        by_setting, c = verdicts(data, settings)
+        corr += [c] if c is not None else []
+        for k, passed in by_setting.items():
             failed = [f for f, ok in passed.items() if not ok]
             for f in failed:
                 fails[k][f] = fails[k].get(f, 0) + 1
@@ -136,7 +143,7 @@ def false_rejects(photos: list[tuple[str, bytes]], settings) -> dict:
                 rejected[k] += 1
                 names[k][name] = names[k].get(name, 0) + 1
     n = len(photos)
-    return {
+    by = {
         k: {
             "n": n,
             "rejected": rejected[k],
@@ -146,20 +153,27 @@ def false_rejects(photos: list[tuple[str, bytes]], settings) -> dict:
         }
         for k in settings
     }
+    return by, np.array(corr)
 
 
-def defect_recall(items: list[tuple[str, bytes]], settings) -> dict:
+def defect_recall(items: list[tuple[str, bytes]], settings) -> tuple[dict, float]:
     """Per setting and defect class: the share caught by that class's reject reasons (any
-    of them failing counts; ``DEFECT_REASONS``)."""
+    of them failing counts; ``DEFECT_REASONS``); and the noise defects' largest neighbour
+    correlation."""
     caught = {k: {} for k in settings}
     support: dict[str, int] = {}
+    noise_corr = -1.0
     for label, data in items:
         support[label] = support.get(label, 0) + 1
-        for k, passed in verdicts(data, settings).items():
+        by_setting, c = verdicts(data, settings)
+        if label.startswith("noise") and c is not None:
+            noise_corr = max(noise_corr, c)
+        for k, passed in by_setting.items():
             reasons = DEFECT_REASONS[label.split(" ")[0]]
             hit = any(not ok for f, ok in passed.items() if f in reasons)
             caught[k][label] = caught[k].get(label, 0) + hit
-    return {k: {c: caught[k].get(c, 0) / s for c, s in support.items()} for k in settings}
+    recall = {k: {c: caught[k].get(c, 0) / s for c, s in support.items()} for k in settings}
+    return recall, noise_corr
 
 
 def markdown(r: dict) -> str:
@@ -225,10 +239,8 @@ def main() -> None:
     noise = noise_any_size(args.per_defect, args.seed)
     items += [("noise 256-3000 px", d) for d in noise]
 
-    def corr(data: bytes) -> float:
-        return planes(decode(data, CurateConfig().decode).pixels).neighbour_corr
-
-    photo_corr = np.array([corr(d) for _, d in photos])
+    rejects, photo_corr = false_rejects(photos, settings)
+    recall, noise_corr = defect_recall(items, settings)
     results = {
         "variants": args.variants,
         "mosaics": args.mosaics,
@@ -239,10 +251,10 @@ def main() -> None:
             "max_laplacian_var": now.max_laplacian_var,
             "max_complexity": now.max_complexity,
         },
-        "false_rejects": false_rejects(photos, settings),
-        "defect_recall": defect_recall(items, settings),
+        "false_rejects": rejects,
+        "defect_recall": recall,
         "photo_corr": {"min": float(photo_corr.min()), "p1": float(np.percentile(photo_corr, 1))},
-        "noise_corr_max": max(corr(d) for label, d in items if label.startswith("noise")),
+        "noise_corr_max": noise_corr,
     }
     md = markdown(results)
     print(md)

@@ -30,6 +30,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _serve_command(folder: Path) -> tuple[list[str], str]:
+    """`krea2 dit serve` of ``folder`` on a free loopback port, batches taken at once; the
+    command and the server's URL."""
+    port = _free_port()
+    cmd = [KREA2, "dit", "serve", "--model", str(folder), "--port", str(port),
+           "--size", "32x32", "--text-tokens", "16", "--device", "cpu",
+           "--batch-wait-ms", "0"]  # fmt: skip
+    return cmd, f"http://127.0.0.1:{port}"
+
+
 def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -43,12 +53,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
 
 
 def test_sigterm_stops_accepting_and_answers_every_accepted_request(serving_folder, tmp_path):
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    cmd, url = _serve_command(serving_folder)
     notice = tmp_path / "paused"
-    cmd = [KREA2, "dit", "serve", "--model", str(serving_folder), "--port", str(port),
-           "--size", "32x32", "--text-tokens", "16", "--device", "cpu",
-           "--batch-wait-ms", "0"]  # fmt: skip
     # The server holds its first batch at a pause point until SIGTERM: the signal lands
     # with that request being sampled and a second one queued behind it, on any machine.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **pause_env("image batches", 0, notice)}
@@ -96,12 +102,8 @@ def test_sigkill_mid_batch_errors_every_accepted_client_and_a_restart_serves_the
     """A killed server loses no accepted request silently: the request being sampled and
     the one queued behind it each get a transport error (not a hang, not a 200 without
     images); the same command started again answers both."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    cmd, url = _serve_command(serving_folder)
     notice = tmp_path / "paused"
-    cmd = [KREA2, "dit", "serve", "--model", str(serving_folder), "--port", str(port),
-           "--size", "32x32", "--text-tokens", "16", "--device", "cpu",
-           "--batch-wait-ms", "0"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     bodies = {"sampling": {"prompt": "a red circle", "steps": 2, "seed": 1},
               "queued": {"prompt": "a blue square", "size": "16x16", "steps": 2}}  # fmt: skip

@@ -25,6 +25,7 @@ import numpy as np
 from PIL import Image
 
 from krea2.curate.decode import DecodeLimits, decode
+from krea2.curate.left_out import DROPPED_FILE, dropped_tsv, packing_losses
 from krea2.infra.errors import UserError
 
 if TYPE_CHECKING:
@@ -300,19 +301,12 @@ def weighted(rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
-DROPPED_FILE = "dropped.tsv"
-
-
 def dropped_rows_file(stats: ExportStats) -> dict[str, str]:
     """``export_shards``' ``side_files`` for the warehouse export: the rows it left out by
-    key, ``image_key<TAB>reason<TAB>detail`` in ``dropped.tsv`` beside the shards (reasons
-    ``incomplete_batch``, ``undecodable``); nothing when every row was written."""
-    whole = f"batches of {stats.batch_size}; a smaller --batch-size keeps more"
-    lines = [f"{k}\tincomplete_batch\t{whole}" for k in stats.dropped_keys]
-    lines += [f"{k}\tundecodable\t" for k in stats.failed_keys]
-    if not lines:
-        return {}
-    return {DROPPED_FILE: "\n".join(["image_key\treason\tdetail", *lines]) + "\n"}
+    key (``left_out.packing_losses``) in ``dropped.tsv`` beside the shards; nothing when
+    every row was written."""
+    rows = packing_losses(stats.batch_size, stats.dropped_keys, stats.failed_keys)
+    return {DROPPED_FILE: dropped_tsv("image_key", rows)} if rows else {}
 
 
 def export_warehouse(

@@ -18,15 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from krea2.curate.left_out import DROPPED_FILE, INCOMPLETE_BATCH, dropped_tsv, packing_losses
 from krea2.infra.errors import UserError
 
 if TYPE_CHECKING:
     from krea2.curate.export import ExportStats
 
-DROPPED_FILE = "dropped.tsv"
 NO_CAPTION = "no_caption"
-INCOMPLETE_BATCH = "incomplete_batch"
-UNDECODABLE = "undecodable"
 
 
 @dataclass(frozen=True)
@@ -38,9 +36,6 @@ class Dropped:
     image: str
     reason: str
     detail: str = ""
-
-    def line(self) -> str:
-        return f"{self.image}\t{self.reason}\t{self.detail}"
 
 
 @dataclass
@@ -110,14 +105,17 @@ def _dropped_file(
     in the folder), and name them all in ``dropped.tsv``."""
 
     def side_files(stats: ExportStats) -> dict[str, str]:
-        whole = f"batches of {stats.batch_size}; a smaller --batch-size keeps more"
-        result.dropped += [Dropped(rel(k), INCOMPLETE_BATCH, whole) for k in stats.dropped_keys]
-        result.dropped += [Dropped(rel(k), UNDECODABLE) for k in stats.failed_keys]
+        result.dropped += [
+            Dropped(rel(k), why, detail)
+            for k, why, detail in packing_losses(
+                stats.batch_size, stats.dropped_keys, stats.failed_keys
+            )
+        ]
         if not result.dropped:
             return {}
         result.dropped_file = out / DROPPED_FILE
-        lines = ["image\treason\tdetail", *(d.line() for d in result.dropped)]
-        return {DROPPED_FILE: "\n".join(lines) + "\n"}
+        rows = ((d.image, d.reason, d.detail) for d in result.dropped)
+        return {DROPPED_FILE: dropped_tsv("image", rows)}
 
     return side_files
 
