@@ -88,6 +88,20 @@ def _distill_stage(stage: Any, where: str, dp: int) -> None:
     check_distill_stage(stage, where, dp)
 
 
+def _distill_adapters(settings: TdmConfig, stage: Any) -> dict[str, Any]:
+    """A LoRA student's fake score: a second adapter on its targets (``fake = "adapter"``)."""
+    from dataclasses import replace
+
+    from krea2.rl.distill.config import FakeScoreKind
+    from krea2.rl.distill.fake_score import FAKE_ADAPTER
+
+    if settings.fake is not FakeScoreKind.ADAPTER:
+        return {}
+    return {
+        FAKE_ADAPTER: replace(stage.lora, rank=settings.fake_lora_rank, alpha=None, dropout=0.0)
+    }
+
+
 def _distilled_sampling(settings: TdmConfig) -> dict[str, Any]:
     """A distilled student samples on its own K-step grid without CFG."""
     return {"steps": settings.student_steps, "cfg": 0.0}
@@ -98,7 +112,8 @@ def _distill_spec(mode: str, summary: str) -> ObjectiveSpec:
     in ``student_steps`` steps without CFG."""
     return ObjectiveSpec(mode, summary, TdmConfig, _distill, rows="prompts",
                          judges_spikes=False, fixed={"mode": mode},
-                         check=_distill_stage, sampling=_distilled_sampling)  # fmt: skip
+                         check=_distill_stage, sampling=_distilled_sampling,
+                         adapters=_distill_adapters)  # fmt: skip
 
 
 TDM = _distill_spec(

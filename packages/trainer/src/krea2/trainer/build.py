@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -10,7 +11,14 @@ from torch import Tensor, nn
 
 from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
-from krea2.trainer.config import Autocast, InitDevice, JobConfig, ModelConfig, StageConfig
+from krea2.trainer.config import (
+    Autocast,
+    InitDevice,
+    JobConfig,
+    LoraConfig,
+    ModelConfig,
+    StageConfig,
+)
 from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
 from krea2.trainer.model_shape import dit_config
 from krea2.trainer.objective import Parameterization
@@ -102,9 +110,16 @@ def build_autoencoder(model: ModelConfig, device: torch.device) -> nn.Module:
     return load_autoencoder(autoencoder_spec(model), device=device)
 
 
-def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModule:
+def build_module(
+    cfg: JobConfig,
+    stage: StageConfig,
+    env: DistEnv,
+    adapters: Mapping[str, LoraConfig] | None = None,
+) -> TrainModule:
     """Seeded build (every layout starts from identical weights), then float8 -> TP -> AC ->
-    compile -> FSDP (each unit, then the root)."""
+    compile -> FSDP (each unit, then the root). ``adapters``: LoRA adapters by peft name
+    that the stage's objective trains itself beside a LoRA stage's own (TDM's fake score:
+    :func:`krea2.trainer.objectives.objective_adapters`), injected with it before sharding."""
     import krea2.trainer.parallelize as par
     from krea2.dit.flops import param_count
     from krea2.dit.model import Krea2DiT
@@ -138,8 +153,12 @@ def build_module(cfg: JobConfig, stage: StageConfig, env: DistEnv) -> TrainModul
 
         check_base_quant(cfg.model.base_quant, env.device, env.distributed)
         targets = apply_lora(dit, stage.lora)
+        for name, extra in (adapters or {}).items():
+            apply_lora(dit, extra, adapter=name)
         text.requires_grad_(False)
         log.info("stage %s: LoRA rank %d on %d Linears", stage.name, stage.lora.rank, len(targets))
+    elif adapters:
+        raise ValueError(f"adapters {sorted(adapters)} need a LoRA stage (stage.lora)")
     dtype = getattr(torch, cfg.model.dtype.value)
     if not env.distributed and not meta:
         _to_dtype(dit, dtype)

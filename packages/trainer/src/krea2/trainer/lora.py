@@ -11,20 +11,29 @@ loader and ComfyUI read; see :mod:`krea2.trainer.adapters`).
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from torch import Tensor, nn
 
 from krea2.infra.errors import UserError
 from krea2.trainer.config import LoraConfig
 
-ADAPTER = "default"  # peft's adapter name; one adapter per stage
+ADAPTER = "default"  # peft's adapter name: the stage's own adapter
 _PEFT_INFIX = re.compile(r"\.(lora_[AB])\." + ADAPTER + r"\.")
+# An adapter an objective trains beside the stage's own (e.g. TDM's fake score): any
+# other peft adapter name, ``X.lora_A.fake.weight``
+_OBJECTIVE_INFIX = re.compile(r"\.lora_[AB]\.(?!" + ADAPTER + r"\.)[A-Za-z_]\w*\.")
 
 
 def target_modules(dit: nn.Module, cfg: LoraConfig) -> list[str]:
-    """The DiT's Linear module names that ``cfg.targets`` matches in full, in module order;
-    UserError when it matches none."""
-    linears = [n for n, m in dit.named_modules() if isinstance(m, nn.Linear)]
+    """The DiT's Linear module names that ``cfg.targets`` matches in full, in module order
+    (a Linear that already carries an adapter counts under its own name); UserError when
+    it matches none."""
+    from peft.tuners.lora import LoraLayer
+
+    linears = [n for n, m in dit.named_modules() if isinstance(m, nn.Linear | LoraLayer)]
     names = [n for n in linears if re.fullmatch(cfg.targets, n)]
     if not names:
         some = linears[:4]
@@ -35,10 +44,13 @@ def target_modules(dit: nn.Module, cfg: LoraConfig) -> list[str]:
     return names
 
 
-def apply_lora(dit: nn.Module, cfg: LoraConfig) -> list[str]:
-    """Inject rank-``cfg.rank`` adapters into ``dit``'s target Linears in place (on the
-    device the DiT lives on, meta included) and freeze every other parameter; returns the
-    targets. A is Kaiming-uniform and B zero, so the adapted model starts equal to its base."""
+def apply_lora(dit: nn.Module, cfg: LoraConfig, adapter: str = ADAPTER) -> list[str]:
+    """Inject rank-``cfg.rank`` adapters named ``adapter`` into ``dit``'s target Linears in
+    place (on the device the DiT lives on, meta included) and freeze every parameter but
+    the adapters'; returns the targets. A is Kaiming-uniform and B zero, so the adapted model
+    starts equal to its base. A second name adds a second adapter on the same Linears
+    (an objective's, e.g. TDM's fake score); the stage's own (``ADAPTER``) stays the one in
+    use (:func:`adapter_in_use` switches)."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import inject_adapter_in_model
 
@@ -50,10 +62,44 @@ def apply_lora(dit: nn.Module, cfg: LoraConfig) -> list[str]:
         target_modules=names,
         init_lora_weights=True,
     )
-    inject_adapter_in_model(peft_cfg, dit, adapter_name=ADAPTER)
+    with warnings.catch_warnings():
+        # peft warns that a second adapter makes several: that is what it is for here
+        warnings.filterwarnings("ignore", "Already found a `peft_config`", UserWarning)
+        inject_adapter_in_model(peft_cfg, dit, adapter_name=adapter)
+    _select(dit, ADAPTER)
     for name, p in dit.named_parameters():
         p.requires_grad_(is_adapter_key(name))
     return names
+
+
+def _select(dit: nn.Module, adapter: str | None) -> list[tuple[nn.Module, object, bool]]:
+    """Make ``adapter`` (None: none, the bare base) the one every LoRA Linear of ``dit``
+    applies; returns what each had. peft's own ``set_adapter``/``enable_adapters`` also
+    flip ``requires_grad`` (freezing the other adapters), which would change what the
+    trainer's optimizer and FSDP see mid-step; these two flags are all its forward reads."""
+    from peft.tuners.lora import LoraLayer
+
+    before = []
+    for m in dit.modules():
+        if isinstance(m, LoraLayer):
+            before.append((m, m._active_adapter, m._disable_adapters))
+            m._disable_adapters = adapter is None
+            if adapter is not None:
+                m._active_adapter = adapter
+    return before
+
+
+@contextmanager
+def adapter_in_use(dit: nn.Module, adapter: str | None) -> Iterator[None]:
+    """Within the block, ``dit``'s LoRA Linears apply only the adapter named ``adapter``
+    (None: no adapter, the frozen base). Keep a backward inside the block when the forward
+    ran in it: activation checkpointing recomputes the forward during the backward."""
+    before = _select(dit, adapter)
+    try:
+        yield
+    finally:
+        for m, active, disabled in before:
+            m._active_adapter, m._disable_adapters = active, disabled
 
 
 def reset_lora(dit: nn.Module) -> None:
@@ -63,11 +109,19 @@ def reset_lora(dit: nn.Module) -> None:
 
     for m in dit.modules():
         if isinstance(m, LoraLayer):
-            m.reset_lora_parameters(ADAPTER, True)
+            for adapter in list(m.lora_A):
+                m.reset_lora_parameters(adapter, True)
 
 
 def is_adapter_key(name: str) -> bool:
+    """Whether ``name`` is a tensor of any LoRA adapter (the stage's or an objective's)."""
     return ".lora_A." in name or ".lora_B." in name
+
+
+def is_objective_adapter_key(name: str) -> bool:
+    """Whether ``name`` is a tensor of an adapter an objective trains itself (a peft name
+    other than ``ADAPTER``): not the stage's optimizer's, not the stage's exported adapter."""
+    return _OBJECTIVE_INFIX.search(name) is not None
 
 
 def released_name(name: str) -> str:
@@ -83,12 +137,13 @@ def base_names(names) -> dict[str, str]:
 
 
 def adapter_tensors(state: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
-    """The adapter entries of ``state`` under ``prefix`` (e.g. ``"model.dit."``), in released
-    names without the prefix: ``blocks.0.attn.wq.lora_A.weight`` -> A [rank, in]."""
+    """The stage's adapter entries of ``state`` under ``prefix`` (e.g. ``"model.dit."``), in
+    released names without the prefix: ``blocks.0.attn.wq.lora_A.weight`` -> A [rank, in];
+    an objective's adapters (:func:`is_objective_adapter_key`) are left out."""
     return {
         released_name(k.removeprefix(prefix)): v
         for k, v in state.items()
-        if k.startswith(prefix) and is_adapter_key(k)
+        if k.startswith(prefix) and is_adapter_key(k) and not is_objective_adapter_key(k)
     }
 
 
@@ -127,11 +182,13 @@ def merge_into(
 
 __all__ = [
     "ADAPTER",
+    "adapter_in_use",
     "adapter_tensors",
     "apply_lora",
     "base_names",
     "checkpoint_options",
     "is_adapter_key",
+    "is_objective_adapter_key",
     "merge_into",
     "released_name",
     "reset_lora",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from krea2.infra.errors import UserError
 
 if TYPE_CHECKING:
-    from krea2.trainer.config import JobConfig, StageConfig
+    from krea2.trainer.config import JobConfig, LoraConfig, StageConfig
 
 Objective = Any  # krea2.trainer.step.Objective (not imported: step imports the model code)
 
@@ -36,6 +36,7 @@ __all__ = [
     "build_objective",
     "check_stage_objective",
     "judges_spikes",
+    "objective_adapters",
     "objective_spec",
     "registered_objectives",
     "stage_settings",
@@ -61,7 +62,10 @@ class ObjectiveSpec:
     stage (e.g. whole pairs on every rank), a UserError naming ``where`` and the fix.
     ``sampling(settings)``: how the model it trains is meant to be sampled, when that is
     not the guided many-step default (a distilled student: ``{"steps": K, "cfg": 0.0}``);
-    exports record it and the samplers take it as their defaults."""
+    exports record it and the samplers take it as their defaults. ``adapters(settings,
+    stage)``: LoRA adapters by peft name the objective trains itself on a LoRA stage's base
+    beside the stage's own (TDM's fake score), built into the stage's module before
+    sharding and left out of the stage's optimizer and exported adapter."""
 
     name: str
     summary: str
@@ -72,6 +76,7 @@ class ObjectiveSpec:
     fixed: Mapping[str, Any] | None = None
     check: Callable[[StageConfig, str, int], None] | None = None
     sampling: Callable[[Any], Mapping[str, Any]] | None = None
+    adapters: Callable[[Any, StageConfig], Mapping[str, LoraConfig]] | None = None
 
 
 def _flow(settings: Any, stage: StageConfig, job: JobConfig) -> None:
@@ -167,6 +172,13 @@ def stage_sampling(stage: StageConfig) -> dict[str, Any] | None:
     guided many-step default."""
     spec = objective_spec(stage.objective)
     return None if spec.sampling is None else dict(spec.sampling(stage_settings(stage)))
+
+
+def objective_adapters(stage: StageConfig) -> dict[str, LoraConfig]:
+    """The LoRA adapters (peft name -> config) stage ``stage``'s objective trains itself
+    beside the stage's own (its spec's ``adapters``); empty for most objectives."""
+    spec = objective_spec(stage.objective)
+    return {} if spec.adapters is None else dict(spec.adapters(stage_settings(stage), stage))
 
 
 def judges_spikes(stage: StageConfig) -> bool:

@@ -21,18 +21,14 @@ from krea2.infra.errors import UserError
 from krea2.infra.logging import get_logger
 from krea2.infra.progress import Progress, progress
 from krea2.infra.rank_health import RankHealth
-from krea2.trainer.build import (
-    build_autoencoder,
-    build_module,
-    check_bucket,
-    dit_config,
-)
+from krea2.trainer.build import build_autoencoder, build_module, check_bucket, dit_config
 from krea2.trainer.cache import latent_cache
 from krea2.trainer.config import Float8Recipe, JobConfig, SpikeAction, StageConfig
 from krea2.trainer.data import ShardIndex, batch_loader
 from krea2.trainer.distributed import DistEnv, init_distributed
 from krea2.trainer.ema import WeightEma
-from krea2.trainer.objectives import build_objective, judges_spikes
+from krea2.trainer.lora import is_objective_adapter_key
+from krea2.trainer.objectives import build_objective, judges_spikes, objective_adapters
 from krea2.trainer.observe import MetricsLog, open_run_tracker
 from krea2.trainer.optim import build_optimizers
 from krea2.trainer.reporting import StageReports
@@ -241,9 +237,10 @@ class Trainer:
         """Build the stage's module and optimizers, then resume them (with the step, guard
         and RNG state) from the stage's newest checkpoint, or start from earlier weights."""
         cfg, env = self.cfg, self.env
-        module = build_module(cfg, stage, env)
+        module = build_module(cfg, stage, env, objective_adapters(stage))
         lr = stage.lr if stage.lr is not None else cfg.optimizer.lr
-        trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        trainable = [(n, p) for n, p in module.named_parameters()
+                     if p.requires_grad and not is_objective_adapter_key(n)]  # fmt: skip
         run = StageRun(
             stage=stage,
             data=index,

@@ -34,11 +34,14 @@ class Intervals(StrEnum):
 
 
 class FakeScoreKind(StrEnum):
-    """The fake score: ``copy`` (a full copy of the DiT, trained) or ``lora`` (peft LoRA
-    adapters of rank ``fake_lora_rank`` on a frozen copy of the teacher)."""
+    """The fake score: ``copy`` (a full copy of the DiT, trained), ``lora`` (peft LoRA
+    adapters of rank ``fake_lora_rank`` on a frozen copy of the teacher) or ``adapter``
+    (a second adapter of rank ``fake_lora_rank`` on a LoRA student's own frozen base, which
+    with both adapters off is the teacher: one copy of the DiT for all three models)."""
 
     COPY = "copy"
     LORA = "lora"
+    ADAPTER = "adapter"
 
 
 class Distance(StrEnum):
@@ -61,7 +64,8 @@ class TdmConfig:
     student's one-step prediction x̂0 from that step's input.
 
     Scores: the teacher (the stage's frozen start, CFG at ``teacher_guidance`` in Ho's
-    convention) and the fake score (``fake``: ``copy`` or ``lora``) are queried at x̂0
+    convention) and the fake score (``fake``: ``copy``, ``lora`` or, for a LoRA student
+    (``[stages.lora]``), ``adapter``: teacher, student and fake on one base) are queried at x̂0
     re-noised: for ``mode = "tdm"`` first along the student's own ODE to a time s in step
     k's interval (uniform there with ``random_mid``, else its end), then with fresh noise to
     a time τ ≥ s in that interval (``intervals = "disjoint"``) or up to 1 (``shared``); for

@@ -10,9 +10,9 @@ the models a layout keeps:
   DiTs (fp32 master, gradient, two AdamW moments: 16 B per parameter each);
 - ``full`` student + ``lora`` fake (built): the teacher, the trained student, and the
   fake's frozen copy of the teacher in bf16 with rank-r adapters;
-- ``lora`` student + ``lora`` fake on one base (the layout issue #41 asks for; not built
-  yet): one frozen bf16 base that is the teacher with the adapters off, and two adapter
-  sets (student and fake).
+- ``lora`` student + ``adapter`` fake on one base (``[stages.lora]`` and ``fake =
+  "adapter"``, built): one frozen bf16 base that is the teacher with the adapters off, and
+  two adapter sets (student and fake).
 
 Activations are one backward's (the fake and student updates run one after the other;
 the teacher's forward keeps none); gathered FSDP units are two per module in flight.
@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 from krea2.dit.config import DiTConfig
 
-# (student, fake score) layouts, in the order of the table; the last is not built yet
-LAYOUTS = (("full", "copy"), ("full", "lora"), ("lora", "lora"))
-BUILT = {("full", "copy"), ("full", "lora")}
+# (student, fake score) layouts, in the order of the table
+LAYOUTS = (("full", "copy"), ("full", "lora"), ("lora", "adapter"))
 H200_GIB = 141e9 / 2**30  # 141 GB of HBM3e
 
 
@@ -60,8 +59,8 @@ def distill_memory(
     rank: int = 64,
 ) -> DistillMemory:
     """Per-GPU memory of a distillation stage with a ``student`` ("full" or "lora") and a
-    ``fake`` score ("copy" or "lora") on ``gpus`` FSDP ranks, ``batch`` prompts of
-    ``side``^2 pixels per GPU, adapters of ``rank``."""
+    ``fake`` score ("copy", "lora" or "adapter": one of ``LAYOUTS``) on ``gpus`` FSDP
+    ranks, ``batch`` prompts of ``side``^2 pixels per GPU, adapters of ``rank``."""
     from krea2.trainer import finetune_memory
 
     if (student, fake) not in LAYOUTS:
@@ -89,20 +88,20 @@ def memory_table(
     cfg: DiTConfig, gpus=(1, 8, 64), side: int = 1024, rank: int = 64, batch: int = 1
 ) -> str:
     """The Markdown table of :func:`distill_memory` for every layout on each GPU count,
-    with whether it fits an H200 (141 GB) and whether the layout is built."""
+    with whether it fits an H200 (141 GB)."""
     lines = [
-        "| student | fake score | built | GPUs | weights | grads + AdamW | gathered "
+        "| student | fake score | GPUs | weights | grads + AdamW | gathered "
         "| activations | encoders | runtime | total GiB/GPU | fits an H200 |",
-        "|" + " --- |" * 12,
+        "|" + " --- |" * 11,
     ]
     for student, fake in LAYOUTS:
         for n in gpus:
             m = distill_memory(cfg, student, fake, n, side, batch, rank)
             name = f"LoRA r{rank}" if student == "lora" else "full"
-            fake_name = {"copy": "full copy", "lora": f"LoRA r{rank}"}[fake]
-            built = "yes" if (student, fake) in BUILT else "not yet"
+            fake_name = {"copy": "full copy", "lora": f"LoRA r{rank} on a frozen copy",
+                         "adapter": f"LoRA r{rank} on the student's base"}[fake]  # fmt: skip
             lines.append(
-                f"| {name} | {fake_name} | {built} | {n} | {m.weights_gib:.1f} "
+                f"| {name} | {fake_name} | {n} | {m.weights_gib:.1f} "
                 f"| {m.trainable_gib:.1f} | {m.gathered_gib:.2f} | {m.activations_gib:.2f} "
                 f"| {m.encoders_gib:.1f} | {m.runtime_gib:.0f} | **{m.total_gib:.1f}** "
                 f"| {'yes' if m.total_gib <= H200_GIB else 'no'} |"

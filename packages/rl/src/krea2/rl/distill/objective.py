@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from krea2.dit import flow
-from krea2.rl.distill.config import TdmConfig
+from krea2.rl.distill.config import FakeScoreKind, TdmConfig
 from krea2.rl.distill.fake_score import FakeScore
 from krea2.rl.distill.loss import (
     dmd_normaliser,
@@ -71,13 +71,14 @@ class TdmObjective:
     """TDM or DMD2 (``settings.mode``) as a :class:`krea2.trainer.Objective` for ``job``.
 
     The fake score is built on first use: in the first step, or when a resume asks for
-    :meth:`state` (the template a checkpoint loads in place)."""
-
-    needs_reference = True
+    :meth:`state` (the template a checkpoint loads in place). With an ``adapter`` fake score
+    (a LoRA student) the teacher is the student's module with its adapters off, so the
+    trainer builds no reference copy."""
 
     def __init__(self, settings: TdmConfig, job: JobConfig) -> None:
         self.settings = settings
         self.job = job
+        self.needs_reference = settings.fake is not FakeScoreKind.ADAPTER
         self._fake: FakeScore | None = None
         self._frozen_loaded = False  # the fake's frozen part copied from the teacher
         self._ae = None
@@ -100,16 +101,23 @@ class TdmObjective:
             # it was, so building here or at a resume changes no later draw
             devices = [env.device] if env.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
-                self._fake = FakeScore.build(self.job, run.stage, env, self.settings, lr)
+                self._fake = FakeScore.build(self.job, run.stage, env, self.settings, lr,
+                                             student=run.module)  # fmt: skip
         return self._fake
+
+    def _teacher(self, run: StageRun):
+        """The frozen teacher: the trainer's reference copy, or the student's own module
+        with its adapters off (an ``adapter`` fake score)."""
+        if run.reference is not None:
+            return run.reference
+        return _AdaptersOff(run.module)
 
     def _ready_fake(self, run: StageRun, env: DistEnv, step: int) -> FakeScore:
         """The fake score for ``step``: the teacher's weights at the stage's first step;
         after a resume the checkpoint's trained part and the teacher's frozen part."""
         fake = self._fake_of(run, env)
-        assert run.reference is not None, "the trainer builds the reference (needs_reference)"
         if step == 0 or not self._frozen_loaded:
-            fake.load_teacher(run.reference, trained_too=step == 0)
+            fake.load_teacher(self._teacher(run), trained_too=step == 0)
             self._frozen_loaded = True
         return fake
 
@@ -230,10 +238,12 @@ class TdmObjective:
         else:
             weight, clipped = torch.ones(x0.shape[0]), torch.zeros(x0.shape[0], dtype=torch.bool)
         tau = points.t_query.to(x_in.device)
-        v_fake = fake.velocity(x_tau.to(dtype), tau, prompts).float()
-        per = fake_score_loss(x0_from_velocity(x_tau, tau, v_fake), x0, tau, weight, s.snr_cap)
-        # this rank's share of the global mean; FSDP averages gradients over the dp ranks
-        (per.sum() * env.dp / n_global).backward()
+        with fake.active():  # the backward too: activation checkpointing recomputes in it
+            v_fake = fake.velocity(x_tau.to(dtype), tau, prompts).float()
+            per = fake_score_loss(x0_from_velocity(x_tau, tau, v_fake), x0, tau, weight,
+                                  s.snr_cap)  # fmt: skip
+            # this rank's share of the global mean; FSDP averages gradients over the dp ranks
+            (per.sum() * env.dp / n_global).backward()
         sums["fake_n"] += per.numel()
         sums["fake_loss"] += float(per.detach().sum())
         sums["is_weight"] += float(weight.sum())
@@ -243,7 +253,7 @@ class TdmObjective:
     def _student_update(self, run, fake, states, points, prompts, env, n_global, sums) -> None:
         """The student's loss at ``points``, backpropagated (the trainer steps)."""
         s = self.settings
-        module, teacher = run.module, run.reference
+        module, teacher = run.module, self._teacher(run)
         x_in = pick_inputs(states, points.stage)
         t_in = points.t_in.to(x_in.device)
         dtype = next(module.dit.parameters()).dtype
@@ -290,6 +300,23 @@ def _teacher_x0(
     xx, tt = torch.cat([x, x]).to(dtype), torch.cat([t, t]).to(dtype)
     v2 = teacher(xx, tt, [*prompts, *[""] * b])[0].float()
     return x0_from_velocity(x, t, v2[:b]), x0_from_velocity(x, t, v2[b:])
+
+
+class _AdaptersOff:
+    """A LoRA student's module called with every adapter off: its frozen base, which is the
+    teacher (no gradient is taken through it)."""
+
+    def __init__(self, module) -> None:
+        self.module = module
+
+    def __call__(self, x: Tensor, t: Tensor, captions: list[str]):
+        from krea2.trainer.lora import adapter_in_use
+
+        with adapter_in_use(self.module.dit, None):
+            return self.module(x, t, captions)
+
+    def named_parameters(self):
+        return self.module.named_parameters()
 
 
 def _velocity_of(module, captions: list[str]):
