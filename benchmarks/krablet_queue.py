@@ -29,6 +29,9 @@ Sections (each prints one line per measurement; the numbers land in --out as JSO
             its children, from /proc), and the commit latency of a one-row durable UPDATE
             measured by pgbench at the start of each round. pgbench is pgserver's own, else the
             system's; without one the pgbench rows say it is unavailable.
+            Then, in the same run, both lines again **under load**: ``--load-procs`` processes
+            (default: one per CPU) spinning on the CPU at normal priority for the whole
+            line, as other jobs on a shared machine do; funnel and pgbench face the same load.
 Without --peer-python the peer rows are skipped (and say so).
 """
 
@@ -565,7 +568,39 @@ def funnel_line(base: str, pgdata: Path, keys: int, secs: int, rounds: int) -> d
 # docs/benchmarks.md section (written by benchmarks.report, which checks the page first)
 # ---------------------------------------------------------------------------------------------
 
-SECTIONS = ("drain", "leased", "funnel_contended", "funnel_uncontended")
+SECTIONS = ("drain", "leased", "funnel_contended", "funnel_uncontended",
+            "funnel_contended_loaded", "funnel_uncontended_loaded")  # fmt: skip
+
+
+def _spin(stop) -> None:  # a CPU-bound process of the load: pure Python, no I/O
+    x = 0
+    while not stop.is_set():
+        for i in range(100_000):
+            x ^= i
+
+
+class CpuLoad:
+    """``procs`` processes spinning on the CPU while the block runs (other work on the
+    machine); ``procs = 0`` is a quiet machine."""
+
+    def __init__(self, procs: int) -> None:
+        self.procs = procs
+        self.stop = mp.Event()
+        self.workers: list = []
+
+    def __enter__(self) -> CpuLoad:
+        for _ in range(self.procs):
+            w = mp.Process(target=_spin, args=(self.stop,), daemon=True)
+            w.start()
+            self.workers.append(w)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for w in self.workers:
+            w.join(10)
+            if w.is_alive():
+                w.kill()
 
 
 def _cpu(c: dict, key: str) -> str:
@@ -688,6 +723,10 @@ def render(res: dict) -> str:
     for label in ("uncontended", "contended"):
         if r := res.get(f"funnel_{label}"):
             lines += render_funnel(res, label, r)
+    for label in ("uncontended", "contended"):
+        if r := res.get(f"funnel_{label}_loaded"):
+            load = f"{r['load_procs']} CPU-bound processes running beside them"
+            lines += render_funnel(res, f"{label}, under load ({load})", r)
     if "funnel_uncontended" in res:
         lines += [FUNNEL_NOTE, ""]
     lines += [
@@ -749,6 +788,12 @@ def main() -> None:
     ap.add_argument("--pgqueuer-driver", help="PgQueuer's tools/benchmark.py (run unchanged)")
     ap.add_argument("--sections", default="drain,leased,funnel")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    ap.add_argument(
+        "--load-procs",
+        type=int,
+        help="CPU-bound processes beside the funnel's loaded lines (default: one per CPU; "
+        "0: skip the loaded lines)",
+    )
     ap.add_argument("--out", default="benchmarks/results/queue.json", help="without --write-docs")
     ap.add_argument(
         "--write-docs",
@@ -842,11 +887,15 @@ def main() -> None:
                 )
         if "funnel" in sections:
             secs, rounds = (4, 1) if q else (8, 3)
-            for label, keys in (
-                ("uncontended", 200_000 if q else 1_000_000),
-                ("contended", 10_000),
-            ):
+            lines = (("uncontended", 200_000 if q else 1_000_000), ("contended", 10_000))
+            for label, keys in lines:
                 results[f"funnel_{label}"] = funnel_line(base, root / "pg", keys, secs, rounds)
+            load = (os.cpu_count() or 1) if args.load_procs is None else args.load_procs
+            for label, keys in lines if load > 0 else ():
+                log(f"under load: {load} CPU-bound processes")
+                with CpuLoad(load):
+                    r = funnel_line(base, root / "pg", keys, secs, rounds)
+                results[f"funnel_{label}_loaded"] = {**r, "load_procs": load}
     finally:
         stop_shard(root / "pg", mode="immediate")
         shutil.rmtree(root, ignore_errors=True)

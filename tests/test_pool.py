@@ -70,7 +70,7 @@ def test_dedup_against_the_generator_on_the_one_object_renders(tmp_path):
     labels = read_labels(Path(pool["labels"]))
     world = sorted(f for f, m in labels.items() if is_one_object(m))
     datas = [(tmp_path / f).read_bytes() for f in world]
-    cfg = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))  # off by default
+    cfg = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))  # (the demo's is 0)
     assert cfg.dedup.ladder_verify > 0
     result = dedup_analyses([analyze_bytes(d, cfg) for d in datas], cfg, datas)
     objects = [labels[f]["scene"]["objects"][0] for f in world]

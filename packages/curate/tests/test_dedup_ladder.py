@@ -32,7 +32,7 @@ from krea2.curate.shapes import Background, Scene, ShapeObject, render
 from krea2.curate.shapes.defects import encode as encode_pixels
 
 PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "grace_hopper.jpg")
-# the real-photo setting (off by default), its pairs verified on pixels
+# the real-photo setting (the default), its pairs verified on pixels
 LADDER_ON = CurateConfig(dedup=DedupConfig(ladder_max_distance=20))
 UNVERIFIED = CurateConfig(dedup=DedupConfig(ladder_max_distance=20, ladder_verify=0.0))
 # An orange circle and triangle in one cell on black that the ladder pairs (distance 14-20,
@@ -201,9 +201,9 @@ def test_the_dedup_pass_groups_a_crop_refuses_look_alikes_and_counts_rows_withou
     (pool / "triangle.png").write_bytes(triangle)
     c = str(cluster_file)
     runner = CliRunner()
+    # the command of issue #38's report, with no setting: crops are found by default
     for args in (["ingest", str(pool), "--cluster", c],
-                 ["run", "--stages", "analyze,dedup", "--cluster", c,
-                  "--set", "dedup.ladder_max_distance=20"]):  # fmt: skip
+                 ["run", "--stages", "analyze,dedup", "--cluster", c]):  # fmt: skip
         result = runner.invoke(app, args, catch_exceptions=False)
         assert result.exit_code == 0, result.output
     wh = curate.open_warehouse(c)
@@ -222,6 +222,6 @@ def test_the_dedup_pass_groups_a_crop_refuses_look_alikes_and_counts_rows_withou
     assert again["rows_without_crop_ladder"] == len(rows) and again["rows"] == len(rows)
 
 
-def test_the_ladder_is_off_by_default_and_verified_on_pixels_when_on():
+def test_the_ladder_is_on_by_default_and_verified_on_pixels():
     d = CurateConfig().dedup
-    assert d.ladder_max_distance == 0 and d.ladder_verify > 0
+    assert d.ladder_max_distance == 20 and d.ladder_verify > 0

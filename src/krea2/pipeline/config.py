@@ -53,12 +53,14 @@ class PoolSpec:
 class CurateSpec:
     """Embedding-level curation in the demo: the toy encoder's training steps on the pool's
     hash keepers, the pixel check of its candidate copies (``semantic.verify``), the SAE's
-    steps, and the share of kept rows balanced sampling draws."""
+    steps, and the share of kept rows balanced sampling draws. ``ladder_max_distance``:
+    the crop ladder of hash dedup (``dedup.ladder_max_distance``; 0 turns it off)."""
 
     encoder_steps: int = 100
     verify: float = 0.95
     sae_steps: int = 400
     balance_share: float = 0.9
+    ladder_max_distance: int = 0
 
 
 @dataclass

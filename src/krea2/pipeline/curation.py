@@ -60,6 +60,9 @@ def curate_pool(
     spec = spec or CurateSpec()
     c = ["--cluster", str(cluster)]
     krea2("curate", "ingest", str(pool_dir), "--name", "pool", *c, log=log)
+    ladder = ("--set", f"dedup.ladder_max_distance={spec.ladder_max_distance}")
+    curate_runs = [(st, (*extra, *ladder) if st == "dedup" else extra, n)
+                   for st, extra, n in CURATE_RUNS]  # fmt: skip
     encoder = pool_dir.parent / "encoder"
     sets = [
         *("--set", f"embed.store={pool_dir.parent / 'embeddings'}"),
@@ -72,7 +75,7 @@ def curate_pool(
     passes: dict[str, dict] = {}
     wh = open_warehouse(str(cluster))
     try:
-        _run_stages(wh, CURATE_RUNS, c, workers, log, passes)
+        _run_stages(wh, curate_runs, c, workers, log, passes)
         start = time.perf_counter()
         if not (encoder / "config.json").is_file():  # saved last: present = a whole model
             with progress("curate train-encoder", 1, unit="model") as bar:
