@@ -131,7 +131,8 @@ class StyleStageSettings:
     ``mix`` on the first ``sweep_seeds`` seeds; the toy CSD trained for ``csd_steps``.
     Captions: ``caption_weights`` over the rows' ``medium`` (colour, shape, position) and
     ``short`` (colour and shape) captions, dropped at ``caption_dropout``: as real captions
-    leave things out, so a module that can copy the reference learns to."""
+    leave things out, so a module that can copy the reference learns to. ``uncaptioned``:
+    the share of training scenes holding one more object that no caption names."""
 
     steps: int = 300
     batch_size: int = 16
@@ -147,6 +148,7 @@ class StyleStageSettings:
     sweep_seeds: int = 3
     caption_weights: dict[str, float] = field(default_factory=lambda: {"medium": 0.5, "short": 0.5})
     caption_dropout: float = 0.2
+    uncaptioned: float = 0.0
     module: StyleSettings = field(default_factory=_demo_style_module)
 
     def __post_init__(self) -> None:
@@ -158,6 +160,8 @@ class StyleStageSettings:
             raise ValueError(f"variants={self.variants} must be letters of R, S, O")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr} must be positive")
+        if not 0 <= self.uncaptioned <= 1:
+            raise ValueError(f"uncaptioned={self.uncaptioned} must be in [0, 1]")
         if any(s < 0 for s in self.strengths) or any(not 0 <= a <= 1 for a in self.mix):
             raise ValueError("strengths must be >= 0 and mix weights in [0, 1]")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -77,20 +77,28 @@ def write_style_shards(
     seed: int,
     batch_size: int,
     object_styles: tuple[str, ...] = ("filled",),
+    uncaptioned: float = 0.0,
 ) -> Path:
     """``n`` training rows at ``side`` px (module docstring) into ``out/shard-000.parquet``
-    (published whole: a crash leaves no shard). Returns ``out``."""
+    (published whole: a crash leaves no shard). With probability ``uncaptioned`` a row's
+    scene also holds one object its captions do not name (another concept's colour and
+    shape in another cell), as real captions leave objects out: a module that reconstructs
+    its reference learns to carry that object over, which is content leakage. Returns
+    ``out``."""
     from krea2.infra import write_shard
     from krea2.infra.atomic import publish_dir
 
     rng = np.random.default_rng(seed)
+    extra_rng = np.random.default_rng([seed, 3])  # its own stream: 0 leaves the rows as before
     rows = []
     for i in range(n):
         concept = concepts[int(rng.integers(len(concepts)))]
         style = sample_style(rng, object_styles=object_styles)
-        scene = apply_style(_scene(rng, concept), style)
+        scene = named = apply_style(_scene(rng, concept), style)  # what the captions name
         other = apply_style(_other_content(rng, concept, concepts), style)
-        prompt = content_prompt(scene)
+        if uncaptioned > 0 and extra_rng.random() < uncaptioned:
+            extra = _other_content(extra_rng, concept, concepts).objects[:1]
+            scene = replace(named, objects=named.objects + extra)
         rows.append(
             {
                 "key": f"style-{seed}-{i:06d}",
@@ -101,8 +109,8 @@ def write_style_shards(
                 "height": side,
                 "bucket": f"{side}x{side}",
                 "captions": [
-                    {"format": "medium", "text": prompt},
-                    {"format": "short", "text": captions(scene)["short"]},
+                    {"format": "medium", "text": content_prompt(named)},
+                    {"format": "short", "text": captions(named)["short"]},
                 ],
                 "meta": json.dumps({"scene": scene.to_dict()}),
                 "reference": _png(render(other, side, side)),

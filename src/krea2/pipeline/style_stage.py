@@ -48,7 +48,7 @@ def train_variants(s: Any, base: tuple[JobConfig, int], work: Path, concepts: li
     job0, index = base
     side = job0.stages[index].resolution
     shards = write_style_shards(work / "shards", concepts, s.train_images, side, s.seed,
-                                s.batch_size, tuple(s.object_styles))  # fmt: skip
+                                s.batch_size, tuple(s.object_styles), s.uncaptioned)  # fmt: skip
     modes, models, seconds = variant_modes(s), {}, {}
     for letter in s.variants:
         settings = replace(s.module, reference=modes[letter])
