@@ -17,6 +17,7 @@ from krea2.trainer.lora import (
     adapter_tensors,
     apply_lora,
     is_objective_adapter_key,
+    is_stage_adapter_key,
     reset_lora,
 )
 
@@ -80,6 +81,9 @@ def test_the_stage_adapter_is_exported_without_the_objectives():
     assert is_objective_adapter_key("blocks.0.attn.wq.lora_A.fake.weight")
     assert not is_objective_adapter_key("blocks.0.attn.wq.lora_A.default.weight")
     assert not is_objective_adapter_key("blocks.0.attn.wq.lora_A.weight")  # released
+    assert is_stage_adapter_key("blocks.0.attn.wq.lora_B.default.weight")
+    assert not is_stage_adapter_key("blocks.0.attn.wq.lora_B.fake.weight")
+    assert not is_stage_adapter_key("blocks.0.attn.wq.base_layer.weight")
 
 
 def test_reset_redraws_every_adapter_to_the_base():

@@ -44,10 +44,10 @@ def load_tensors(source: Path, keys: list[str], meta: dict) -> dict[str, torch.T
 def read_adapter(step_dir: Path) -> dict[str, torch.Tensor]:
     """The adapter of a LoRA stage's checkpoint folder ``step-N``, in released names;
     UserError when it holds none (a full fine-tuning stage)."""
-    from krea2.trainer.lora import adapter_tensors, is_adapter_key, is_objective_adapter_key
+    from krea2.trainer.lora import adapter_tensors, is_stage_adapter_key
 
     meta = {k: v for k, v in tensor_keys(step_dir, "model.dit.").items()
-            if is_adapter_key(k) and not is_objective_adapter_key(k)}  # fmt: skip
+            if is_stage_adapter_key(k)}  # fmt: skip
     if not meta:
         raise UserError(f"{step_dir} holds no LoRA adapter (a full fine-tuning checkpoint?)")
     return adapter_tensors(load_tensors(step_dir, sorted(meta), meta), "model.dit.")

@@ -124,6 +124,12 @@ def is_objective_adapter_key(name: str) -> bool:
     return _OBJECTIVE_INFIX.search(name) is not None
 
 
+def is_stage_adapter_key(name: str) -> bool:
+    """Whether ``name`` is a tensor of the stage's own adapter (what it exports and the next
+    stage merges), not of an objective's."""
+    return is_adapter_key(name) and not is_objective_adapter_key(name)
+
+
 def released_name(name: str) -> str:
     """A module state-dict name in released terms: ``X.base_layer.weight`` -> ``X.weight``,
     ``X.lora_A.default.weight`` -> ``X.lora_A.weight``; other names unchanged."""
@@ -143,7 +149,7 @@ def adapter_tensors(state: dict[str, Tensor], prefix: str = "") -> dict[str, Ten
     return {
         released_name(k.removeprefix(prefix)): v
         for k, v in state.items()
-        if k.startswith(prefix) and is_adapter_key(k) and not is_objective_adapter_key(k)
+        if k.startswith(prefix) and is_stage_adapter_key(k)
     }
 
 
@@ -189,6 +195,7 @@ __all__ = [
     "checkpoint_options",
     "is_adapter_key",
     "is_objective_adapter_key",
+    "is_stage_adapter_key",
     "merge_into",
     "released_name",
     "reset_lora",

@@ -315,9 +315,6 @@ class _AdaptersOff:
         with adapter_in_use(self.module.dit, None):
             return self.module(x, t, captions)
 
-    def named_parameters(self):
-        return self.module.named_parameters()
-
 
 def _velocity_of(module, captions: list[str]):
     """``velocity(x, t)`` of a training module conditioned on ``captions``."""
