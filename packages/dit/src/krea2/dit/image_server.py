@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from krea2.dit.expander_client import ExpanderError, expand_prompt
-from krea2.dit.image_batcher import ImageBatcher
+from krea2.dit.image_batcher import ImageBatcher, Pending
 from krea2.dit.image_requests import BadRequest, ImageJob, RequestLimits, parse_request
 from krea2.dit.served_model import ServedModel
 from krea2.infra.metrics import collecting_registry, counter, histogram
@@ -139,10 +139,8 @@ def create_app(
         state["batcher"] = batcher
         yield
         task.cancel()
-        for entry in batcher.pending:  # none after a graceful stop: uvicorn waited for them
-            if not entry.future.done():
-                entry.future.set_exception(RuntimeError("the server is shutting down"))
-        batcher.close()
+        # none queued after a graceful stop: uvicorn waited for them
+        batcher.close(RuntimeError("the server is shutting down"))
 
     app = FastAPI(title=f"krea2 image server: {model.name}", lifespan=lifespan)
 
@@ -174,10 +172,10 @@ def create_app(
         except BadRequest as e:
             return fail(e.status, str(e), e.param)
         batcher: ImageBatcher = state["batcher"]
-        if batcher.queued_images() + job.n > config.max_queue_images:
+        if batcher.queued() + job.n > config.max_queue_images:
             return fail(
                 503,
-                f"{batcher.queued_images()} images are queued (the server's cap "
+                f"{batcher.queued()} images are queued (the server's cap "
                 f"is {config.max_queue_images}); retry shortly",
             )
         prompt = job.prompt
@@ -255,7 +253,7 @@ def create_app(
             "expander": config.expander,
             "max_batch": config.max_batch,
             "batch_wait_ms": config.batch_wait_ms,
-            "queued_images": batcher.queued_images() if batcher else 0,
+            "queued_images": batcher.queued() if batcher else 0,
             "batches": batcher.batches if batcher else 0,
             "limits": asdict(config.limits),
         }
@@ -272,16 +270,16 @@ async def _wait_for_images(
 ) -> np.ndarray | Exception | None:
     """Queue ``job`` and wait for its images; None when its client disconnected first (the
     job is then dropped unless its batch already started), the model's error if it failed."""
-    entry = batcher.submit(job, prompt)
+    future = batcher.submit(Pending(job, prompt))
     gone = asyncio.create_task(_client_gone(request))
     try:
-        await asyncio.wait({entry.future, gone}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({future, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-    if not entry.future.done():
-        entry.future.cancel()
+    if not future.done():
+        future.cancel()
         return None
-    return entry.future.exception() or entry.future.result()
+    return future.exception() or future.result()
 
 
 class _DrainingServer(uvicorn.Server):

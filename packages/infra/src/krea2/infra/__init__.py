@@ -14,6 +14,7 @@ from krea2.infra.lazy import lazy_exports
 if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.infra import alerts as alerts
     from krea2.infra import atomic as atomic
+    from krea2.infra import batching as batching
     from krea2.infra import checkpoint as checkpoint
     from krea2.infra import checkpoint_layout as checkpoint_layout
     from krea2.infra import cli as cli
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.infra import termination as termination
     from krea2.infra import watchdog as watchdog
     from krea2.infra.alerts import Alert as Alert
+    from krea2.infra.batching import MicroBatcher as MicroBatcher
     from krea2.infra.checkpoint import CheckpointManager as CheckpointManager
     from krea2.infra.checkpoint import PendingSave as PendingSave
     from krea2.infra.checkpoint_layout import CheckpointCorruptError as CheckpointCorruptError
@@ -106,6 +108,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "atomic",
+    "batching",
     "checkpoint",  # needs the torch extra
     "checkpoint_layout",
     "cli",
@@ -161,6 +164,7 @@ _NAME_TO_MODULE = {
     "CheckpointEntry": "checkpoint_layout",
     "scan_checkpoints": "checkpoint_layout",
     "pause_point": "pause",
+    "MicroBatcher": "batching",
     "recorded_environment": "secrets",
     "Progress": "progress",
     "format_duration": "progress",

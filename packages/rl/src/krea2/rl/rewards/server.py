@@ -1,8 +1,10 @@
 """A reward server: any :class:`Reward` behind HTTP (FastAPI + uvicorn) with dynamic batching.
 
-Requests (see :mod:`krea2.rl.rewards.wire`) wait in a queue until ``max_batch`` images are
-pending or the oldest has waited ``max_wait_ms``; same-size images are then scored in one
-call of the reward, in one worker thread, and each request gets its rows back. A
+Requests (see :mod:`krea2.rl.rewards.wire`) wait in a queue until ``max_batch`` images of
+the oldest's size are pending or it has waited ``max_wait_ms``; they are then scored in one
+call of the reward (:class:`krea2.infra.batching.MicroBatcher`: at most ``max_batch``
+images, unless one request holds more), in one worker thread, and each request gets its
+rows back; other sizes take their turn, oldest first. A
 ``request_id`` seen before with the same body (a client's retry) is answered from the first
 attempt's result instead of being scored again. Binds to loopback by default; a non-loopback
 host needs a bearer token. A request's body is capped before it is read and its images
@@ -16,10 +18,10 @@ import asyncio
 import hashlib
 import threading
 import time
-from collections import OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,8 +31,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from krea2.infra.batching import MicroBatcher
 from krea2.infra.metrics import collecting_registry, counter, histogram
-from krea2.infra.pause import pause_point
 from krea2.rl.rewards.contract import Reward, RewardOutput, check_batch
 from krea2.rl.rewards.wire import (
     BINARY_TYPE,
@@ -61,95 +63,44 @@ class ServerConfig:
     limits: RequestLimits = field(default_factory=RequestLimits)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class _Job:
     pixels: np.ndarray
     prompts: list[str]
-    future: asyncio.Future
 
 
-class _Batcher:
-    """Collects jobs into batches and scores them in one worker thread."""
+def _image_shape(job: _Job) -> tuple[int, ...]:
+    """Jobs of one image size share a reward call."""
+    return job.pixels.shape[1:3]
 
-    def __init__(self, reward: Reward, config: ServerConfig) -> None:
-        self.reward, self.config = reward, config
-        self.pending: deque[tuple[float, _Job]] = deque()
-        self.wake = asyncio.Event()
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="reward")
-        self.calls = 0  # reward calls finished: the count of the "reward batches" pause point
-        self.batch_images = histogram(
-            "rl", "reward_batch_images", "Images per reward call", ["reward"],
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
-        )  # fmt: skip
 
-    def submit(self, pixels: np.ndarray, prompts: list[str]) -> asyncio.Future:
-        job = _Job(pixels, prompts, asyncio.get_running_loop().create_future())
-        self.pending.append((time.monotonic(), job))
-        self.wake.set()
-        return job.future
+def _score(reward: Reward, jobs: list[_Job]) -> list[RewardOutput]:
+    """One reward call on same-size jobs, on the batcher's worker thread; each job's rows."""
+    out = reward(np.concatenate([j.pixels for j in jobs]), [p for j in jobs for p in j.prompts])
+    ends = np.cumsum([len(j.prompts) for j in jobs])
+    return [out.take(slice(end - len(j.prompts), end)) for j, end in zip(jobs, ends, strict=True)]
 
-    def _queued_images(self) -> int:
-        return sum(len(job.prompts) for _, job in self.pending)
 
-    async def run(self) -> None:
-        wait_s = self.config.max_wait_ms / 1000
-        while True:
-            await self.wake.wait()
-            if not self.pending:
-                self.wake.clear()
-                continue
-            deadline = self.pending[0][0] + wait_s
-            while self._queued_images() < self.config.max_batch:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.wake.clear()
-                try:
-                    await asyncio.wait_for(self.wake.wait(), remaining)
-                except TimeoutError:
-                    break
-            jobs, images = [], 0
-            while self.pending and (not jobs or images < self.config.max_batch):
-                _, job = self.pending.popleft()
-                jobs.append(job)
-                images += len(job.prompts)
-            if not self.pending:
-                self.wake.clear()
-            await self._score([j for j in jobs if not j.future.done()])
-
-    async def _score(self, jobs: list[_Job]) -> None:
-        groups: dict[tuple[int, int], list[_Job]] = {}
-        for job in jobs:
-            groups.setdefault(job.pixels.shape[1:3], []).append(job)
-        loop = asyncio.get_running_loop()
-        for group in groups.values():
-            pixels = np.concatenate([j.pixels for j in group])
-            prompts = [p for j in group for p in j.prompts]
-            self.batch_images.labels(self.reward.name).observe(len(prompts))
-            try:
-                out = await loop.run_in_executor(self.executor, self._call, pixels, prompts)
-            except Exception as e:  # the reward failed: every request of the batch learns why
-                for j in group:
-                    if not j.future.done():
-                        j.future.set_exception(e)
-                continue
-            start = 0
-            for j in group:
-                rows = out.take(slice(start, start + len(j.prompts)))
-                start += len(j.prompts)
-                if not j.future.done():
-                    j.future.set_result(rows)
-
-    def _call(self, pixels: np.ndarray, prompts: list[str]) -> RewardOutput:
-        """One reward call, on the worker thread."""
-        # A pause point (krea2.infra.pause) after ``calls`` batches: a test holds the server
-        # there, with this batch's requests received but unanswered, and kills it. On this
-        # thread, so the event loop goes on accepting requests meanwhile.
-        pause_point("reward batches", self.calls)
-        try:
-            return self.reward(pixels, prompts)
-        finally:
-            self.calls += 1
+def _batcher(reward: Reward, config: ServerConfig) -> MicroBatcher[_Job, RewardOutput]:
+    """Jobs gathered into reward calls of one image size on one worker thread
+    (:class:`~krea2.infra.batching.MicroBatcher`). A pause point "reward batches"
+    (:mod:`krea2.infra.pause`) stands before each call: a test holds the server there, with
+    the batch's requests received but unanswered, and kills it; the event loop goes on
+    accepting requests meanwhile."""
+    batch_images = histogram(
+        "rl", "reward_batch_images", "Images per reward call", ["reward"],
+        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    )  # fmt: skip
+    return MicroBatcher(
+        partial(_score, reward),
+        max_batch=config.max_batch,
+        max_wait_ms=config.max_wait_ms,
+        key=_image_shape,
+        size=lambda job: len(job.prompts),
+        pause="reward batches",
+        on_batch=batch_images.labels(reward.name).observe,
+        thread_name="reward",
+    )
 
 
 def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
@@ -166,15 +117,12 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
-        batcher = _Batcher(reward, config)
+        batcher = _batcher(reward, config)
         task = asyncio.create_task(batcher.run())
         state["batcher"] = batcher
         yield
         task.cancel()
-        for _, job in batcher.pending:
-            if not job.future.done():
-                job.future.set_exception(HTTPException(503, "the reward server is shutting down"))
-        batcher.executor.shutdown(wait=False, cancel_futures=True)
+        batcher.close(HTTPException(503, "the reward server is shutting down"))
 
     app = FastAPI(title=f"krea2 reward server: {reward.name}", lifespan=lifespan)
 
@@ -218,7 +166,7 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
         if future is not None:
             retried.labels(reward.name).inc()
         else:
-            future = state["batcher"].submit(pixels, prompts)
+            future = state["batcher"].submit(_Job(pixels, prompts))
             if key:
                 remembered[key] = future
                 while len(remembered) > config.remembered:
@@ -248,7 +196,7 @@ def create_app(reward: Reward, config: ServerConfig | None = None) -> FastAPI:
             "reward": reward.name,
             "max_batch": config.max_batch,
             "max_wait_ms": config.max_wait_ms,
-            "queued_images": batcher._queued_images() if batcher else 0,
+            "queued_images": batcher.queued() if batcher else 0,
             "limits": asdict(config.limits),
         }
 
