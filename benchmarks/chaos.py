@@ -12,8 +12,8 @@ writes), and the healthy shard's completion rate during the outage against the s
 time just before it. It also times how long a killed worker's leased rows waited before they
 were done (lease expiry, then the ready backlog ahead of them: retry-at-end).
 
-    uv run --frozen python benchmarks/chaos.py            # full run, writes the chaos section
-    uv run --frozen python benchmarks/chaos.py --rows 2000 --chaos-s 15 --no-write
+    uv run --frozen python -m benchmarks.chaos            # full run, writes the chaos section
+    uv run --frozen python -m benchmarks.chaos --rows 2000 --chaos-s 15 --no-write
 """
 
 from __future__ import annotations
@@ -36,11 +36,8 @@ import psycopg
 
 from krea2.krablet import Job, Table, Warehouse, start_shard, stop_shard
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # benchmarks.report is imported only where it is used: the krablet tests and workers load this
-# file by path (so __spec__ is set) and need not have the repo root on sys.path.
+# file by path and need not have the repo root on sys.path.
 
 HERE = Path(__file__).resolve()
 TABLE = Table(

@@ -22,7 +22,6 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,12 +29,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from krea2.infra.checkpoint import CheckpointManager
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
+from krea2.infra.checkpoint import CheckpointManager
 
 
 def make_state(gib: float, device: str, n: int = 16) -> dict[str, torch.Tensor]:

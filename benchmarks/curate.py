@@ -28,7 +28,6 @@ import hashlib
 import io
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ import imagehash
 import numpy as np
 from PIL import Image
 
+from benchmarks.report import table, write_results
 from krea2.curate.config import CurateConfig
 from krea2.curate.decode import decode
 from krea2.curate.filters import run_cheap_filters
@@ -46,11 +46,6 @@ from krea2.curate.image_analysis import analyze_bytes, analyze_decoded, decode_l
 from krea2.curate.planes import planes
 from krea2.curate.shapes import render, sample_scene
 from krea2.curate.threads import single_threaded
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import table, write_results
 
 
 def real_photos() -> dict[str, bytes]:

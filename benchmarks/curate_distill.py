@@ -21,7 +21,6 @@ import argparse
 import base64
 import io
 import json
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,9 +29,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 # Tasks the loopback "VLM" answers from the pixels: (question, check on detected objects and

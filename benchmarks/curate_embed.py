@@ -29,9 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import write_results
 
 METHODS = ("ours", "ours-1probe", "exact")

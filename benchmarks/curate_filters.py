@@ -20,25 +20,19 @@ from __future__ import annotations
 
 import argparse
 import io
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from benchmarks.near_dups import real_photos
+from benchmarks.report import table, write_results
 from krea2.curate.config import CurateConfig, StageThresholds
 from krea2.curate.decode import DecodeError, decode
 from krea2.curate.evaluate import DEFECT_REASONS
 from krea2.curate.filters import CHEAP_FILTERS, run_cheap_filters
 from krea2.curate.planes import planes
 from krea2.curate.shapes import make_pool
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.near_dups import real_photos
-from benchmarks.report import table, write_results
 
 DETAILED = ("grass.png", "gravel.png", "brick.png", "china.jpg", "coffee.png", "ihc.png")
 DEFECTS = ("tiny", "extreme_aspect", "flat", "noise", "border")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,16 +33,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from benchmarks.report import write_results
 from krea2.curate.evaluate import precision_recall
 from krea2.curate.in_memory import curate_in_memory
 from krea2.curate.kmeans import hierarchical_kmeans
 from krea2.curate.semantic_dedup import semantic_dedup
 from krea2.curate.shapes.defects import SEMANTIC_DUPLICATE, make_pool
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import write_results
 
 
 def pool_and_hash_stage(seed: int, clean: int, copies: int) -> tuple[list, list, dict]:

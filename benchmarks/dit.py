@@ -7,7 +7,7 @@ max_memory_allocated), bytes saved for backward, and output/gradient agreement.
 
 Run: uv run --no-sync python -m benchmarks.dit             (CPU, ~5-10 min with compile)
      uv run --no-sync python -m benchmarks.dit --no-compile --pad-frac 0.75 --area dit-padded
-     uv run --no-sync python benchmarks/dit.py --device cuda --dtype bf16 --batch 4
+     uv run --no-sync python -m benchmarks.dit --device cuda --dtype bf16 --batch 4
 """
 
 from __future__ import annotations
@@ -27,16 +27,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
+from benchmarks.report import table, write_results
 from krea2.dit.config import get_config
 from krea2.dit.diffusers_config import to_diffusers_config
 from krea2.dit.keymap import diffusers_to_krea
 from krea2.dit.model import Krea2DiT
 from krea2.dit.testing import make_inputs, randomize
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import table, write_results
 
 IMPLS = ("ours", "diffusers")
 MEMORY_IMPLS = ("ours", "ours-packed", "diffusers")
@@ -143,7 +139,7 @@ def child_peak(args, impl: str) -> int:
 
 
 def peak_memory(args, impl: str) -> int:
-    cmd = [sys.executable, __file__, "--child-peak", impl, *sys.argv[1:]]
+    cmd = [sys.executable, "-m", "benchmarks.dit", "--child-peak", impl, *sys.argv[1:]]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return int(out.strip().splitlines()[-1])
 

@@ -15,7 +15,6 @@ its end-of-turn token is masked out). Requests are ShapesWorld user requests
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import threading
 import time
@@ -24,9 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 

@@ -5,7 +5,7 @@ measured on short requests for the held-out concepts — faithfulness of the gre
 expansions, ShapesEval of the DiT's images against the request (raw request vs expansion),
 and intra-group image diversity of sampled expansions.
 
-    uv run --frozen python benchmarks/expander_proof.py --demo DIR [--work DIR]
+    uv run --frozen python -m benchmarks.expander_proof --demo DIR [--work DIR]
         [--set key=value ...]
 
 ``--demo DIR``: a full ``krea2 demo --out DIR`` whose pretraining finished. The proof's
@@ -19,13 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 # The proof's budget on top of the full recipe's [expander] (which is sized for the demo's

@@ -9,7 +9,7 @@ imports, in a throwaway folder:
     git -C DIFFUSERS_CHECKOUT show HEAD:examples/dreambooth/train_dreambooth_lora_krea2.py \\
         > /tmp/dfx/train_dreambooth_lora_krea2.py
     uv pip install --python .venv/bin/python --target /tmp/dfx/extra --no-deps torchvision==0.28.0
-    uv run --no-sync python benchmarks/finetune.py \\
+    uv run --no-sync python -m benchmarks.finetune \\
         --script /tmp/dfx/train_dreambooth_lora_krea2.py --extra /tmp/dfx/extra   # ~10 min
 
 Both train LoRA rank 4 on the attention projections (q, k, v, out, gate: the same Linears)
@@ -35,9 +35,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 RUNNER = """

@@ -2,8 +2,8 @@
 release's width, eager and compiled, with MFU; float8 rowwise vs bf16 at 256/512 px; a LoRA
 step of the full 12B on a bf16 and an int8 base with peak memory; async checkpoint blocking.
 
-    uv run --no-sync python benchmarks/gpu.py                 # everything (needs CUDA)
-    uv run --no-sync python benchmarks/gpu.py --self-check    # only the numerics check (CPU ok)
+    uv run --no-sync python -m benchmarks.gpu                 # everything (needs CUDA)
+    uv run --no-sync python -m benchmarks.gpu --self-check    # only the numerics check (CPU ok)
 
 Before any timing it checks its own numerics at a small shape: our forward and gradients
 against diffusers' Krea2Transformer2DModel with the same random weights (fp32, on the
@@ -27,17 +27,13 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.report import table, write_results
 from krea2.dit.config import get_config
 from krea2.dit.diffusers_config import to_diffusers_config
 from krea2.dit.flops import cost
 from krea2.dit.keymap import diffusers_to_krea
 from krea2.dit.model import Krea2DiT
 from krea2.dit.testing import make_inputs, randomize
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import table, write_results
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "gpu.json"
@@ -211,7 +207,8 @@ def float8_in_child(args, compiled: bool) -> list[dict]:
     """:func:`float8_vs_bf16` in a child process limited to ``args.float8_timeout`` s: a
     compile that hangs (seen with torch 2.11 + torchao 0.17: > 380 s) or crashes Inductor
     (torchao 0.18) costs that much and no more, and leaves this process's GPU state clean."""
-    cmd = [sys.executable, __file__, "--float8-child", "compiled" if compiled else "eager",
+    cmd = [sys.executable, "-m", "benchmarks.gpu", "--float8-child",
+           "compiled" if compiled else "eager",
            "--depth", str(args.depth), "--repeat", str(args.repeat)]  # fmt: skip
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.float8_timeout)

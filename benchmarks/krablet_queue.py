@@ -9,7 +9,7 @@ run, sequentially. Peers are installed in a throwaway virtual environment, never
     # PgQueuer's own driver, unchanged, from its repository (tools/benchmark.py):
     curl -L -o /tmp/pgq_benchmark.py \\
         https://raw.githubusercontent.com/janbjorge/pgqueuer/main/tools/benchmark.py
-    uv run --no-sync python benchmarks/krablet_queue.py --peer-python /tmp/peerbench/bin/python \\
+    uv run --no-sync python -m benchmarks.krablet_queue --peer-python /tmp/peerbench/bin/python \\
         --pgqueuer-driver /tmp/pgq_benchmark.py --write-docs
 
 Sections (each prints one line per measurement; the numbers land in --out as JSON, or with
@@ -731,7 +731,7 @@ def render(res: dict) -> str:
         lines += [FUNNEL_NOTE, ""]
     lines += [
         "Reproduce: see the docstring of `benchmarks/krablet_queue.py` (peer venv, then "
-        "`uv run --no-sync python benchmarks/krablet_queue.py "
+        "`uv run --no-sync python -m benchmarks.krablet_queue "
         "--peer-python /tmp/peerbench/bin/python "
         "--pgqueuer-driver /tmp/pgq_benchmark.py --write-docs`). "
         "Raw numbers: `benchmarks/results/queue.json`. Other work may have been running on the "
@@ -806,8 +806,6 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.render_only or args.write_docs:
-        if __spec__ is None:  # run by path: `benchmarks.report` needs the repo root
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from benchmarks.report import ROOT, write_results
 
         saved = ROOT / "benchmarks" / "results" / "queue.json"

@@ -16,13 +16,14 @@ hue histogram, crop ladder) then ``dedup.dedup_configured`` with the crop ladder
 pairs verified on their pixels (``dedup.ladder_verify``; the images decoded again), beside
 the same with the verification off (``ours_unverified``: the ladder alone). imagehash:
 ``phash`` (64 bits) of the full decode, pairs within 10 bits. imagededup: ``PHash``, pairs
-within its default ``max_distance_threshold`` of 10 (``--imagededup DIR`` puts a throwaway
-install on the path; without it the column says why it is missing). Speed: images per
+within its default ``max_distance_threshold`` of 10 (a throwaway install, put on the path by
+``PYTHONPATH=DIR``; without it the column says why it is missing). Speed: images per
 CPU-second on one core, ours with the filters on against imagehash's and imagededup's
 decode + hash, on the benchmark pool (the bundled photos are ~0.3 MP: the decode, which
 both sides pay, bounds the ratio) and on the same photos at web size (1600 px JPEG).
 
-Run from the root: ``uv run python -m benchmarks.near_dups [--reps 5] [--imagededup DIR]``.
+Run from the root: ``[PYTHONPATH=DIR] uv run python -m benchmarks.near_dups [--reps 5]``, DIR
+holding imagededup.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -40,17 +40,13 @@ from PIL import Image
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from benchmarks.report import table, write_results
 from krea2.curate.config import CurateConfig, DedupConfig
 from krea2.curate.copy_verify import decoding_reader
 from krea2.curate.dedup import DedupResult, dedup_configured
 from krea2.curate.image_analysis import analyze_bytes
 from krea2.curate.photo_edits import EDIT_CLASSES, EXTRA_CLASSES, edit, encode, views
 from krea2.curate.threads import single_threaded
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import table, write_results
 
 PHOTOS = {
     "skimage": [
@@ -154,15 +150,13 @@ def ours_dedup(analyses, datas: list[bytes], cfg: CurateConfig) -> DedupResult:
     )  # fmt: skip
 
 
-def load_imagededup(path: str | None):
-    if path:
-        sys.path.insert(0, path)
+def load_imagededup():
     try:
         from imagededup.methods import PHash
 
         return PHash(verbose=False), None
     except ImportError as e:
-        return None, f"imagededup not importable ({e}); pass --imagededup DIR"
+        return None, f"imagededup not importable ({e}); put an install on PYTHONPATH"
 
 
 def evaluate(items, cfg, phasher, kinds) -> dict:
@@ -400,14 +394,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="copies per photo and edit class")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--repeats", type=int, default=3, help="timing passes")
-    ap.add_argument("--imagededup", help="a directory holding an imagededup install")
     ap.add_argument("--scenes", type=int, default=1200, help="ShapesWorld look-alike scenes")
     ap.add_argument("--search", type=int, default=1_000_000, help="random ladders to search")
     args = ap.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     single_threaded()
     cfg = PHOTOS_CONFIG
-    phasher, missing = load_imagededup(args.imagededup)
+    phasher, missing = load_imagededup()
     photos = real_photos()
     kinds = (*EDIT_CLASSES, *EXTRA_CLASSES)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -1,6 +1,6 @@
 """RL benchmarks: a DPO/STPO step against a plain flow-matching step, and reward throughput.
 
-    uv run --frozen python benchmarks/rl.py [--size toy|small] [--pairs 16] [--threads 1]
+    uv run --frozen python -m benchmarks.rl [--size toy|small] [--pairs 16] [--threads 1]
                                             [--quick] [--skip-rewards]
 
 Step time: three trainers on the same job (model, pair shards, AdamW, clipping) differ only
@@ -44,9 +44,6 @@ from pathlib import Path
 
 import numpy as np
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 TARGET = 2.2  # preference step / plain flow step
@@ -581,7 +578,7 @@ def main() -> None:
     ap.add_argument("--grpo-only", action="store_true", help="only the GRPO iteration")
     ap.add_argument("--grpo-rounds", type=int, default=6, help="GRPO iteration rounds")
     args = ap.parse_args()
-    command = " ".join(["uv run --frozen python benchmarks/rl.py", *sys.argv[1:]])
+    command = " ".join(["uv run --frozen python -m benchmarks.rl", *sys.argv[1:]])
     g = grpo_overhead(args.size, 4, 8, 8, 2, args.grpo_rounds, args.threads)
     print(json.dumps(g, indent=1), flush=True)
     write_results("rl-grpo", {"command": command, **g}, grpo_markdown(g, command))
@@ -589,7 +586,7 @@ def main() -> None:
         return
     steps = args.steps or SIZES[args.size][2] // (4 if args.quick else 1)
     skip = min(3, steps // 4)  # warm-up rounds, not counted
-    command = " ".join(["uv run --frozen python benchmarks/rl.py", *sys.argv[1:]])
+    command = " ".join(["uv run --frozen python -m benchmarks.rl", *sys.argv[1:]])
     t0 = time.perf_counter()
     load = [os.getloadavg()[0]]  # 1-minute load averages along the run, for the reader
     s = step_times(args.size, args.pairs, steps, skip, args.threads)

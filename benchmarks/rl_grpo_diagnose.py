@@ -3,7 +3,7 @@ seeds and Euler steps) of one run's checkpoint at any kept step, or of the exact
 several runs' LoRA deltas, on the held-out prompts or on the training concepts broken down
 by the pool's verdict (kept, always solved, never solved).
 
-    uv run --frozen python benchmarks/rl_grpo_diagnose.py --demo DIR --work W RUN [RUN ...]
+    uv run --frozen python -m benchmarks.rl_grpo_diagnose --demo DIR --work W RUN [RUN ...]
         [--step N] [--prompts held-out|train] [--pretrained]
 
 ``RUN`` names a finished variant under ``W`` (its ``W/RUN.json``); several runs are averaged

@@ -5,7 +5,7 @@ pool and the same rollout budget, measured on the demo's held-out prompts withou
 (every ``eval_every`` iterations, 1 seed: the curves against rollout images and wall time;
 at the end 3 seeds) against the pretrained model with and without CFG 3.
 
-    uv run --frozen python benchmarks/rl_grpo_proof.py --demo DIR [--work DIR]
+    uv run --frozen python -m benchmarks.rl_grpo_proof --demo DIR [--work DIR]
         [--variants nft,grpo] [--set key=value ...] [--report-only]
 
 ``--demo DIR``: a full ``krea2 demo --out DIR`` whose pretraining finished (its
@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 # The budget the proof ran with on 2 shared cores (docs/rl.md, "Proof of RL without CFG").
@@ -196,7 +192,7 @@ def main() -> None:
         + "\n\nShapesEval without CFG against rollout images and wall time (1 seed, the "
         "model after `step` updates; background noise where the run logged it):\n\n"
         + table(CURVE_HEADERS, curve_rows)
-        + f"\n\nCommand: `uv run --frozen python benchmarks/rl_grpo_proof.py --demo DIR "
+        + f"\n\nCommand: `uv run --frozen python -m benchmarks.rl_grpo_proof --demo DIR "
         f"--variants {args.variants}"
         + (" --report-only`" if args.report_only else "`")
         + f" ({(time.perf_counter() - t0) / 60:.1f} min).\n"

@@ -7,7 +7,7 @@ likelihood-gap curves. The stage's code, settings (the recipe's ``[preference]``
 and work layout are the demo's own (``krea2.pipeline.preference``); only the work directory
 differs.
 
-    uv run --frozen python benchmarks/rl_proof.py --demo DIR [--quick] [--work DIR]
+    uv run --frozen python -m benchmarks.rl_proof --demo DIR [--quick] [--work DIR]
 
 ``--demo DIR``: a ``krea2 demo --out DIR`` output whose pretraining finished (run with the
 same ``--quick``); without one the script runs the whole demo there first (~16 min quiet on
@@ -21,19 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from krea2.pipeline import evaluation, preference
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
+from krea2.pipeline import evaluation, preference
 
 
 def demo_job(demo: Path, quick: bool):
@@ -87,7 +82,7 @@ def main() -> None:
         + table(preference.HEADERS, rows)
         + f"\n\nWall time of the preference part: {total / 60:.1f} min "
         + json.dumps({k: {p: round(v) for p, v in d.items()} for k, d in seconds.items()})
-        + ".\nCommand: `uv run --frozen python benchmarks/rl_proof.py --demo DIR"
+        + ".\nCommand: `uv run --frozen python -m benchmarks.rl_proof --demo DIR"
         + (" --quick`." if q else "`.")
     )
     summary = {"results": results, "total_s": total, "quick": q}

@@ -10,7 +10,7 @@ client scores one request after another; every request must be answered once, wi
 in-process scores. ``benchmarks/rl.py`` reuses the throughput part (``reward_kinds``,
 ``throughput``).
 
-    uv run --frozen python benchmarks/rl_rewards.py [--quick] [--rounds 3]
+    uv run --frozen python -m benchmarks.rl_rewards [--quick] [--rounds 3]
 
 Writes benchmarks/results/rl_rewards.json and the ``rl_rewards`` section of docs/benchmarks.md.
 """
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.report import table, write_results
 from krea2.curate import shapes
 from krea2.rl.rewards import (
     RewardClient,
@@ -43,11 +44,6 @@ from krea2.rl.rewards import (
     train_aesthetic_reward,
     train_artifact_reward,
 )
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import table, write_results
 
 
 def _batch(n: int, seed: int, size: int = 64):

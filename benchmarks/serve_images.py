@@ -10,7 +10,7 @@ same shape); images/s over the run and per-request latency p50/p99. The two alte
 hits both alike; the throughput ratio is the median of the rounds' ratios, latencies are
 pooled over rounds. Target (issue #43): ratio >= 1.6 at 4 clients.
 
-    uv run --frozen python benchmarks/serve_images.py [--clients 4] [--requests 24] [--rounds 3]
+    uv run --frozen python -m benchmarks.serve_images [--clients 4] [--requests 24] [--rounds 3]
 
 Writes benchmarks/results/serve_images.json and the ``serve_images`` section of
 docs/benchmarks.md.
@@ -33,9 +33,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 TARGET = 1.6
@@ -180,7 +177,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per server")
     args = ap.parse_args()
     res = measure(args)
-    command = "uv run --frozen python benchmarks/serve_images.py " + " ".join(sys.argv[1:])
+    command = "uv run --frozen python -m benchmarks.serve_images " + " ".join(sys.argv[1:])
     print(markdown(res, command.strip()))
     write_results("serve_images", res, markdown(res, command.strip()))
 

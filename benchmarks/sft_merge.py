@@ -2,7 +2,7 @@
 one LoRA SFT per domain and their merges (uniform, weighted, TIES, task arithmetic), scored
 by a background-style classifier over samples and by ShapesEval.
 
-    uv run --no-sync python benchmarks/sft_merge.py --demo DIR [--work DIR] [--seeds 0,1]
+    uv run --no-sync python -m benchmarks.sft_merge --demo DIR [--work DIR] [--seeds 0,1]
         [--steps 150] [--report-only]
 
 ``--demo DIR``: a full ``krea2 demo --out DIR`` whose pretraining finished. The SFT and
@@ -25,9 +25,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 
@@ -93,7 +90,7 @@ def main() -> None:
         "",
         f"What the classifier saw (domain A's prompts / domain B's): {seen}.",
         "",
-        f"Command: `uv run --no-sync python benchmarks/sft_merge.py --demo DIR --seeds "
+        f"Command: `uv run --no-sync python -m benchmarks.sft_merge --demo DIR --seeds "
         f"{args.seeds}`{' --steps ' + str(args.steps) if args.steps else ''} "
         f"({result['seconds'] / 60:.1f} min).",
     ])  # fmt: skip

@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from benchmarks.report import table, write_results
 from krea2.curate.shapes.detect import UNCLEAR_MARGIN
 from krea2.curate.shapes.spec import SHAPES
 from krea2.curate.shapes.verifier_validation import (
@@ -37,11 +37,6 @@ from krea2.curate.shapes.verifier_validation import (
     summarize,
     validate,
 )
-
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.report import table, write_results
 
 READS = [*SHAPES, "unclear", "missed"]
 

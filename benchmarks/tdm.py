@@ -1,6 +1,6 @@
 """TDM's overhead: one distillation iteration against the same network passes done plainly.
 
-    uv run --frozen python benchmarks/tdm.py [--size toy|small] [--prompts 8] [--steps 4]
+    uv run --frozen python -m benchmarks.tdm [--size toy|small] [--prompts 8] [--steps 4]
                                              [--rounds 8] [--threads 1]
 
 One ``tdm`` iteration (``krea2.rl.distill.TdmObjective``'s own pieces on one fixed batch of
@@ -28,9 +28,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 from benchmarks.rl import SIZES, job_config, median
 
@@ -163,7 +160,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     res = overhead(args.size, args.prompts, args.steps, args.rounds, args.threads)
-    command = "uv run --frozen python benchmarks/tdm.py " + " ".join(sys.argv[1:])
+    command = "uv run --frozen python -m benchmarks.tdm " + " ".join(sys.argv[1:])
     print(markdown(res, command.strip()))
     write_results("tdm", res, markdown(res, command.strip()))
 

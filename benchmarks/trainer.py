@@ -1,7 +1,7 @@
 """Trainer benchmarks: loop overhead vs the bare step, loader headroom, the 12B projection.
 
-    uv run --no-sync python benchmarks/trainer.py            # overhead, loader, projection
-    uv run --no-sync python benchmarks/trainer.py --proof 1800  # + a ShapesWorld run of 1800 steps
+    uv run --no-sync python -m benchmarks.trainer            # overhead, loader, projection
+    uv run --no-sync python -m benchmarks.trainer --proof 1800  # + a ShapesWorld run of 1800 steps
 
 The bare step (forward + backward + AdamW of the same module on a fixed batch) and the full
 trainer step (shard reading and decoding, caption sampling, per-sample noise, clipping,
@@ -19,9 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# Run by path, Python puts benchmarks/ on sys.path, not the repo root `benchmarks.*` needs.
-if __spec__ is None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.report import table, write_results
 
 
@@ -134,7 +131,7 @@ def heap_comparison(batch: int, steps: int, rounds: int = 3) -> dict:
     runs: dict[str, list[dict]] = {"system": [], "keep": []}
     for _ in range(rounds):
         for mode in runs:
-            cmd = [sys.executable, __file__, "--heap-child", mode]
+            cmd = [sys.executable, "-m", "benchmarks.trainer", "--heap-child", mode]
             cmd += ["--batch", str(batch), "--steps", str(steps)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             runs[mode].append(json.loads(out.strip().splitlines()[-1]))

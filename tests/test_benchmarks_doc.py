@@ -1,11 +1,13 @@
 """docs/benchmarks.md stays whole: one section per benchmark id between paired markers,
 each with its own heading, a table and the machine it ran on; a script replaces only its
-own section and refuses to write into a corrupt page."""
+own section and refuses to write into a corrupt page. The scripts run as modules
+(`python -m benchmarks.<name>`), as every doc says, and none edits sys.path."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,32 @@ def test_a_script_refuses_a_corrupt_page_and_leaves_it_as_it_was(tmp_path, monke
         doc.write_text(page(("a", "One")))
         report.write_results("b", {}, "## One\n\n| x |\n| --- |")
     assert doc.read_text() == page(("a", "One"))
+
+
+# The scripts run as modules from the root (`python -m benchmarks.<name>`: the root is then on
+# sys.path, so `from benchmarks.report import ...` resolves and no script edits sys.path).
+BY_PATH = re.compile(r"python3?\s+(?:\./)?benchmarks/(\w+)\.py")
+EDITS_SYS_PATH = re.compile(r"sys\.path\s*(?:\.(?:insert|append|extend)\b|\[|\+?=)")
+
+
+def lines_of(paths):
+    for path in paths:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            yield f"{path.relative_to(ROOT)}:{n}", line
+
+
+def test_no_benchmark_script_edits_sys_path():
+    edits = [f"{where}: {line.strip()}"
+             for where, line in lines_of(sorted(ROOT.glob("benchmarks/*.py")))
+             if EDITS_SYS_PATH.search(line)]  # fmt: skip
+    assert not edits, "\n".join(["run it as `python -m benchmarks.<name>` instead:", *edits])
+
+
+def test_benchmark_scripts_are_run_as_modules_everywhere_they_are_documented():
+    texts = [ROOT / "README.md", *ROOT.glob("packages/*/README.md"), *ROOT.glob("docs/**/*.md"),
+             *ROOT.glob("benchmarks/*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob(".ci/*"),
+             *ROOT.glob(".github/**/*")]  # fmt: skip
+    texts = [p for p in texts if p.is_file()]
+    by_path = [f"{where}: {m[0]!r} -> 'python -m benchmarks.{m[1]}'"
+               for where, line in lines_of(texts) for m in BY_PATH.finditer(line)]  # fmt: skip
+    assert not by_path, "\n".join(by_path)
