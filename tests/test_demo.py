@@ -304,6 +304,8 @@ def test_report_renders_in_headless_chromium(demo):
 
 
 def test_style_variants_train_on_raw_and_are_measured(demo):
+    import torch
+
     from krea2.dit import load_style_module
     from krea2.trainer import stage_style_path
 
@@ -320,5 +322,17 @@ def test_style_variants_train_on_raw_and_are_measured(demo):
     # s = 0 removes the reference exactly: the same pixels as raw without one
     assert style["strength"]["sweep"]["0.0"]["identical_to_none"] == 1.0
     assert {"leakage", "style", "content", "strength", "mixing"} <= set(style["checks"])
+    # S aligned by STPO on its own pairs (stage style-po in S's run): paired with S
+    aligned = style["S+PO"]
+    assert aligned["pairs"]["pairs"] >= 2 and set(aligned["vs_S"]) >= {"similarity", "content"}
+    assert "alignment" in style["checks"]
+    before = load_style_module(stage_style_path(demo / "style" / "variant-S", "style"))
+    after = load_style_module(stage_style_path(demo / "style" / "variant-S", "style-po"))
+    moved = [
+        not torch.equal(a, b)
+        for a, b in zip(before.state_dict().values(), after.state_dict().values(), strict=True)
+    ]
+    assert any(moved)  # fmt: skip
     section = (demo / "report.html").read_text().split("<h2>Style reference")[1].split("<h2>")[0]
     assert "S: self-supervised" in section and "Held-out references" in section
+    assert "S after STPO" in section

@@ -22,7 +22,7 @@ from krea2.expander import ExpanderStageSettings
 from krea2.infra import ConfigError, UserError, load_config
 from krea2.rl.distill import TdmConfig
 from krea2.rl.online import RlStageSettings
-from krea2.rl.preference import PreferenceStageSettings
+from krea2.rl.preference import PreferenceConfig, PreferenceStageSettings
 from krea2.trainer import JobConfig, ReferenceMode, StyleSettings
 
 RECIPES = ("demo.toml", "demo-quick.toml")
@@ -118,6 +118,34 @@ def _demo_style_module() -> StyleSettings:
 
 
 @dataclass
+class StyleAlignSettings:
+    """Preference alignment of variant S (``[style.align]``;
+    :mod:`krea2.pipeline.style_align`): S samples ``samples`` images (seeds ``seed``..) for
+    each of ``cases`` training prompt x fresh-style reference cases; pairs are ranked by
+    style similarity − leakage with ShapesEval held (a winner leads by ``min_gap``), and
+    trained for ``steps`` steps of ``batch_size`` images (half as many pairs) at ``lr`` by
+    the preference objective ``preference`` (krea2.rl.preference.PreferenceConfig itself)
+    on the module alone. ``steps = 0``: no alignment."""
+
+    steps: int = 0
+    cases: int = 256
+    samples: int = 8
+    seed: int = 3000
+    min_gap: float = 0.1
+    batch_size: int = 16
+    lr: float = 3e-4
+    preference: PreferenceConfig = field(default_factory=lambda: PreferenceConfig(beta=1000.0))
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.cases < 1 or self.samples < 2:
+            raise ValueError("align: steps must be >= 0, cases >= 1 and samples >= 2")
+        if self.batch_size < 2 or self.batch_size % 2:
+            raise ValueError(f"align: batch_size={self.batch_size} must be even (whole pairs)")
+        if not self.lr > 0 or self.min_gap < 0:
+            raise ValueError("align: lr must be positive and min_gap >= 0")
+
+
+@dataclass
 class StyleStageSettings:
     """How big the style stage is (a demo recipe's ``[style]`` table); the objective is the
     trainer's ``style``, its settings :class:`~krea2.trainer.StyleSettings`
@@ -150,6 +178,7 @@ class StyleStageSettings:
     caption_dropout: float = 0.2
     uncaptioned: float = 0.0
     module: StyleSettings = field(default_factory=_demo_style_module)
+    align: StyleAlignSettings = field(default_factory=StyleAlignSettings)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "train_images", "eval_cases", "csd_steps",

@@ -321,12 +321,15 @@ def demo_settings(cfg) -> SftMergeSettings:
     if cfg.smoke:
         common["seeds"] = tuple(ev.seeds[:1])
         return SftMergeSettings(steps=2, batch_size=4, copies=1, style_prompts=2, **common)
-    # 4 renders per replayed concept (12 per own), 100 steps; the chain continues from the
-    # uniform merge (2026-12-06, 28 held-out prompts x 3 seeds, CFG 3, paired with the base;
-    # docs/results/demo.md): with 2 renders and 150 steps (~16 passes over 288 images) the
-    # teal SFT memorised its set, -0.188 +- 0.057 (-0.018 without CFG); 4 renders, 100 steps:
-    # teal -0.060 +- 0.048, maroon -0.042 +- 0.039, each style on 0.94-1.00 of its prompts.
-    # Merges: uniform -0.033 +- 0.032, TIES -0.089 +- 0.060; none keeps both styles.
+    # 4 renders per replayed concept (12 per own), 100 steps at lr 5e-3; the chain continues
+    # from the uniform merge (docs/design/trainer.md). With 2 renders and 150 steps (~16
+    # passes over 288 images) the teal SFT memorised its set: -0.188 +- 0.057 with CFG 3 (28
+    # held-out prompts x 3 seeds, paired with the base). The chain's uniform merge loses
+    # 0.036 +- 0.034 with CFG (8 seeds), one standard error. At lr 2e-3 the weighted merge
+    # holds it (+0.001 +- 0.031 with CFG, -0.030 +- 0.031 without; uniform -0.007 +- 0.030),
+    # but the one full demo run from it (2026-12-06) ended weaker: PO -0.020 +- 0.016 with
+    # CFG, raw 0.655 without CFG against the pretrained model's 0.662 with CFG 3 (0.725 from
+    # this recipe), inside RL's seed spread of +-0.06, so one run cannot choose between them.
     return SftMergeSettings(steps=100, batch_size=32, copies=4, style_prompts=12,
                             chain_merge="uniform", **common)  # fmt: skip
 

@@ -11,11 +11,11 @@ import numpy as np
 HEADERS = ["variant", "style similarity", "toy CSD", "leaked", "layout IoU − chance",
            "ShapesEval", "Δ ShapesEval vs none"]  # fmt: skip
 NAMES = {"none": "raw, no reference", "R": "R: reconstruction", "S": "S: self-supervised",
-         "O": "O: oracle pairs"}  # fmt: skip
+         "O": "O: oracle pairs", "S+PO": "S after STPO (style − leakage pairs)"}  # fmt: skip
 
 
 def _variants(result: dict) -> list[str]:
-    return [k for k in ("none", "R", "S", "O") if k in result]
+    return [k for k in NAMES if k in result]
 
 
 def rows(result: dict) -> list[list[str]]:
@@ -71,6 +71,17 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
         f"CSD: cosine of a contrastive style encoder's embeddings; leaked: outputs showing "
         f"an object of the reference; Δ ± the paired standard error over the prompts.</p>"
     )
+    if "S+PO" in result and "vs_S" in result["S+PO"]:
+        d, info = result["S+PO"]["vs_S"], result["S+PO"].get("pairs", {})
+        parts.append(
+            f'<p class="note">S after STPO: S sampled {info.get("pairs", "?")} pairs on training '
+            "prompts x fresh-style references, ranked by style similarity − leakage with "
+            "ShapesEval held; STPO trained the module alone (raw frozen, S the reference "
+            "policy). Against S on the held-out cases: similarity "
+            f"{d['similarity']['delta']:+.3f} ± {d['similarity']['se']:.3f}, leaked "
+            f"{d['leaked']['delta']:+.3f} ± {d['leaked']['se']:.3f}, ShapesEval "
+            f"{d['content']['delta']:+.3f} ± {d['content']['se']:.3f}.</p>"
+        )
     checks = "".join(
         f"<li>{html.escape(name)}: {'holds' if c['holds'] else 'does not hold'} "
         f"({html.escape(', '.join(f'{k} {v:.3f}' for k, v in c.items() if isinstance(v, float)))})"
@@ -95,7 +106,7 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
     if work is not None and (work / "references.npy").exists():
         grid = [("reference", [html.png_data_uri(upscale(im))
                                for im in np.load(work / "references.npy")[:8]])]  # fmt: skip
-        shown = (("none", "none"), ("R", "R-s1.0"), ("S", "S-s1.0"), ("O", "O-s1.0"))
+        shown = [(k, "none" if k == "none" else f"{k}-s1.0") for k in NAMES]
         for key, name in shown:
             if (work / f"{name}.npy").exists():
                 images = np.load(work / f"{name}.npy")[:8, 0]

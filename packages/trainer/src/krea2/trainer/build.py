@@ -22,7 +22,12 @@ from krea2.trainer.config import (
 from krea2.trainer.distributed import DistEnv, cpu_has_fast_bf16
 from krea2.trainer.model_shape import dit_config
 from krea2.trainer.objective import Parameterization
-from krea2.trainer.style_settings import build_style_module, style_settings_of
+from krea2.trainer.style_settings import (
+    build_style_module,
+    continued_style_module,
+    style_settings_of,
+    trains_style_only,
+)
 from krea2.trainer.validate import autoencoder_spec
 
 log = get_logger("trainer.build")
@@ -139,7 +144,7 @@ def build_module(
     if stage.irepa.steps > 0:
         head = IrepaHead(dcfg.width, irepa_encoder_dim(stage))
     style_settings = style_settings_of(stage)
-    if style_settings is not None:
+    if trains_style_only(stage):
         # only the style module trains; the base is the stage's start (warm_start), which
         # checkpoints do not hold, like a LoRA stage's
         dit.requires_grad_(False)
@@ -177,6 +182,8 @@ def build_module(
     )
     if style_settings is not None:
         module.style = build_style_module(style_settings, dcfg, cfg.seed).to(env.device)
+    elif stage.style_from:
+        module.style = continued_style_module(cfg.run_dir, stage, dcfg).to(env.device)
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
     par.apply_ac(dit, stage.checkpointing)

@@ -246,6 +246,10 @@ class StageConfig:
     # Judge loss and grad-norm spikes (stability.*)? None: the objective's default (off
     # for preference and RL losses). Non-finite steps are dropped either way.
     spike_guard: bool | None = None
+    # The name of an earlier stage of this job that trained a style-reference module: this
+    # stage fine-tunes that module alone (the base frozen: the style stage's start), e.g.
+    # by preference optimization on pairs with a reference column. "": no style module.
+    style_from: str = ""
 
     def __post_init__(self) -> None:
         parse_enum_fields(self)
@@ -268,6 +272,11 @@ class StageConfig:
                 raise ValueError(f"stage {self.name!r}: caption weight {fmt}={w} is negative")
         if sum(self.caption_weights.values()) <= 0:
             raise ValueError(f"stage {self.name!r}: caption_weights must not all be zero")
+        if self.style_from and (self.lora.enabled or self.objective == "style"):
+            raise ValueError(
+                f"stage {self.name!r}: style_from={self.style_from!r} fine-tunes a trained style "
+                "module alone; it cannot be a LoRA stage or a style stage (which trains a new one)"
+            )
 
 
 @dataclass

@@ -297,15 +297,16 @@ def _style_inputs(
     import torch
 
     from krea2.dit import style_reference_latents
-    from krea2.trainer.style_settings import style_settings_of
+    from krea2.trainer.style_settings import style_origin, style_settings_of
 
     stage = job.stages[index]
-    settings = style_settings_of(stage)
-    if settings is None:
+    origin = style_origin(job.stages, index)
+    if origin is None:
         raise UserError(
-            f'--style-ref needs a style stage (objective = "style"); stage {stage.name!r} '
-            f"trains {stage.objective!r}"
+            f'--style-ref needs a style stage (objective = "style", or one with style_from); '
+            f"stage {stage.name!r} trains {stage.objective!r}"
         )
+    settings = style_settings_of(origin)
     if len(refs) > settings.max_refs:
         raise UserError(f"{len(refs)} --style-ref given; stage {stage.name!r} takes at most "
                         f"{settings.max_refs}")  # fmt: skip

@@ -8,10 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-
-def stage_style_path(run_dir: str | Path, stage: str) -> Path:
-    """Where the finished style stage ``stage`` of the run in ``run_dir`` keeps its module."""
-    return Path(run_dir) / "style" / stage / "style.safetensors"
+from krea2.trainer.style_settings import stage_style_path
 
 
 def write_stage_style(module: nn.Module, run_dir: str | Path, stage: str, is_main: bool) -> Path:

@@ -7,6 +7,7 @@ module needs neither the step nor the objective registry.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -61,6 +62,56 @@ def style_settings_of(stage: StageConfig) -> StyleSettings | None:
     return stage_settings(stage)
 
 
+def trains_style_only(stage: StageConfig) -> bool:
+    """Whether the stage trains a style module alone on a frozen base: a style stage (a
+    new module) or a stage that continues an earlier one's (``style_from``)."""
+    return stage.objective == STYLE_OBJECTIVE or bool(stage.style_from)
+
+
+def style_origin(stages: list[StageConfig], index: int) -> StageConfig | None:
+    """The style stage whose module stage ``index`` of ``stages`` trains: itself, or the
+    stage its ``style_from`` names, followed back; None when it trains none. ValueError
+    when ``style_from`` names no earlier stage that trains a style module."""
+    stage = stages[index]
+    while stage.style_from:
+        earlier = [s.name for s in stages[:index]]
+        if stage.style_from not in earlier:
+            raise ValueError(
+                f"stage {stage.name!r}: style_from={stage.style_from!r} is not an earlier "
+                f"stage (earlier: {earlier})"
+            )
+        index = earlier.index(stage.style_from)
+        if not trains_style_only(stages[index]):
+            raise ValueError(
+                f"stage {stage.name!r}: style_from={stage.style_from!r} names a stage that "
+                f"trains no style module (objective {stages[index].objective!r})"
+            )
+        stage = stages[index]
+    return stage if stage.objective == STYLE_OBJECTIVE else None
+
+
+def stage_style_path(run_dir: str | Path, stage: str) -> Path:
+    """Where the finished style stage ``stage`` of the run in ``run_dir`` keeps its module."""
+    return Path(run_dir) / "style" / stage / "style.safetensors"
+
+
+def continued_style_module(run_dir: Any, stage: StageConfig, dit_cfg: Any) -> torch.nn.Module:
+    """The module that stage ``style_from`` of the run in ``run_dir`` wrote when it
+    finished, in float32 and trainable: the start of a stage that continues it. UserError
+    when that stage has not finished."""
+    from krea2.dit import load_style_module
+    from krea2.infra.errors import UserError
+
+    path = stage_style_path(run_dir, stage.style_from)
+    if not path.is_file():
+        raise UserError(
+            f"stage {stage.name!r} continues the style module of stage {stage.style_from!r}, "
+            f"which has written none at {path}: train that stage first"
+        )
+    module = load_style_module(path, dit_cfg, dtype=torch.float32)
+    return module.train().requires_grad_(True)
+
+
 def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torch.nn.Module:
     """A fresh style module for a DiT of config ``dit_cfg``, seeded (every rank and layout
     builds the same weights; the global RNG is restored after)."""
@@ -74,4 +125,13 @@ def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torc
         return StyleModule(cfg)
 
 
-__all__ = ["STYLE_OBJECTIVE", "StyleSettings", "build_style_module", "style_settings_of"]
+__all__ = [
+    "STYLE_OBJECTIVE",
+    "StyleSettings",
+    "build_style_module",
+    "continued_style_module",
+    "stage_style_path",
+    "style_origin",
+    "style_settings_of",
+    "trains_style_only",
+]

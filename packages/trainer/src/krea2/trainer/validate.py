@@ -59,6 +59,13 @@ def _check_stage(
 
     where = f"stage {stage.name!r}"
     check_stage_objective(stage, index, dp)
+    if stage.style_from:
+        from krea2.trainer.style_settings import style_origin
+
+        try:
+            style_origin(cfg.stages, index)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if not stage.data:
         raise UserError(f"{where} has no data; set stages[{index}].data = ['shards/*.parquet']")
     resolve_files(stage.data, f"{where} data")

@@ -21,6 +21,7 @@ from krea2.trainer.build import TrainModule, dit_config
 from krea2.trainer.config import JobConfig
 from krea2.trainer.lora import base_names
 from krea2.trainer.release_init import load_release_weights, release_source
+from krea2.trainer.style_settings import trains_style_only
 
 log = get_logger("trainer")
 
@@ -99,7 +100,7 @@ def _load_start(cfg: JobConfig, i: int, module: TrainModule, distributed: bool) 
             "stage %s starts from stage %s, adapters merged", stage.name, cfg.stages[i - 1].name
         )
         return
-    if stage.init_from == "previous" and i > 0 and cfg.stages[i - 1].objective == "style":
+    if stage.init_from == "previous" and i > 0 and trains_style_only(cfg.stages[i - 1]):
         # a style stage trains only its module: the base after it is the one before it
         _load_start(cfg, i - 1, module, distributed)
         return

@@ -55,6 +55,35 @@ def pair_prompts(batch: dict, step: int) -> list[str]:
     return prompts
 
 
+def style_conditioning(
+    module: torch.nn.Module,
+    batch: dict,
+    encode: Callable[[list[str], torch.Tensor], torch.Tensor],
+    device: torch.device,
+    dtype: torch.dtype,
+) -> dict[str, torch.Tensor]:
+    """The style module's inputs for a batch of pairs with a ``reference`` column (shards
+    of style-conditioned pairs): each row's reference latents [B, 1, C, h, w] at strength
+    1, as the pair was sampled; {} for pairs without references. UserError when the
+    references and the stage's module do not go together (a stage that fine-tunes a style
+    module trains on such pairs only, via ``style_from``)."""
+    refs = batch.get("reference_pixels")
+    has_module = getattr(module, "style", None) is not None
+    if refs is None and not has_module:
+        return {}
+    if refs is None or not has_module:
+        raise UserError(
+            "pairs with a reference column train a style module (a stage with style_from)"
+            if refs is not None
+            else "a stage that fine-tunes a style module needs pairs with a reference column"
+        )
+    with torch.no_grad():
+        keys = [f"{k}#reference" for k in batch["keys"]]
+        latents = encode(keys, refs.to(device).float() / 127.5 - 1.0)
+    ones = torch.ones(latents.shape[0], 1, device=device)
+    return {"style_refs": latents.to(dtype)[:, None], "style_strengths": ones}
+
+
 class PreferenceObjective:
     """Diffusion-DPO or STPO (``cfg.kind``) as a :class:`krea2.trainer.Objective`."""
 
@@ -113,10 +142,11 @@ class PreferenceObjective:
         target = flow.velocity_target(latents, noise2).float()
         captions = [p for p in prompts for _ in range(2)]
         tt = t2.to(latents.dtype)
-        v, _ = module(x_t, tt, captions)
+        style = style_conditioning(module, batch, encode, env.device, latents.dtype)
+        v, _ = module(x_t, tt, captions, **style)
         err = (v.float() - target).square().flatten(1).mean(1)
         with torch.no_grad():
-            v_ref, _ = ref(x_t, tt, captions)
+            v_ref, _ = ref(x_t, tt, captions, **style)
             err_ref = (v_ref.float() - target).square().flatten(1).mean(1)
         terms = pair_terms(self.cfg, err[0::2], err[1::2], err_ref[0::2], err_ref[1::2], t)
         total_w = all_reduce_sum(pair_w.sum().detach().double().clone(), env)

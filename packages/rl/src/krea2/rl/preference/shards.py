@@ -17,7 +17,9 @@ from krea2.infra.shards import bucket_name, write_shard
 class Pair:
     """One preference pair and where it came from.
 
-    ``winner_uri``/``loser_uri``: ``file://`` URIs (or plain paths) of PNGs. ``source``:
+    ``winner_uri``/``loser_uri``: ``file://`` URIs (or plain paths) of PNGs;
+    ``reference_uri``: the style reference image both were sampled with, if any (the
+    pair then trains a style module: a stage with ``style_from``). ``source``:
     ``on-policy`` (sampled by the model at ``model_step`` with ``winner_seed``/``loser_seed``
     and ranked by a reward) or ``annotation``. ``scores``: the reward's score per branch
     (``winner``, ``loser``) and its sub-scores. ``choice``: a person's verdict, ``winner``
@@ -35,6 +37,7 @@ class Pair:
     scores: dict = field(default_factory=dict)
     choice: str | None = None
     annotator: str | None = None
+    reference_uri: str | None = None  # the style reference both images were sampled with
 
     def oriented(self) -> Pair | None:
         """The pair as the person chose it: swapped if they preferred the loser, None if
@@ -109,15 +112,23 @@ def export_pair_shards(
     file; nothing is written then. ``seed`` is recorded in the shard's metadata."""
     rows: list[dict] = []
     bucket = bucket_name(side, side)
+    with_reference = {p.reference_uri is not None for p in pairs}
+    if len(with_reference) > 1:
+        raise UserError("some pairs have a style reference and some do not; export them apart")
     for pair in pairs:
         p = pair.oriented()
         if p is None:
             continue
         meta = {"pair": p.pair_id, "source": p.source, "model_step": p.model_step}
+        extra = {}
+        if p.reference_uri is not None:  # any size: the loader resizes it to the bucket
+            image_size(p.reference_uri, p.pair_id, "reference")  # readable, or a UserError
+            extra["reference"] = local_path(p.reference_uri).read_bytes()
         for role, uri, s in (("winner", p.winner_uri, p.winner_seed),
                              ("loser", p.loser_uri, p.loser_seed)):  # fmt: skip
             rows.append(
-                {
+                extra
+                | {
                     "key": f"{p.pair_id}/{role}",
                     "image": _png(uri, p.pair_id, role, side, resize),
                     "uri": None,
