@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# docs/ holds reference pages and, under docs/design/ and docs/results/, design notes and
+# docs/ holds reference pages, design notes under docs/design/ and the generated
 # dated results: every page counts.
 DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("packages/*/README.md")])
 LINKED = ("configs", "tests", "packages", "benchmarks")

@@ -62,7 +62,7 @@ def run_objective(
 
     # Weight 0: on the SFT model's samples the artifact head reads P(defect) 0.9-0.99 for
     # nearly all of them, so ranking rubric ties by it made half the pairs noise, and PO
-    # lowered the artifact reward it was ranked by (docs/results/rl.md, "which pairs").
+    # lowered the artifact reward it was ranked by (docs/design/rl.md, "Which pairs").
     reward = shapes_preference_reward(work / "artifact.npz", artifact_weight=0.0)
     return preference_stage(
         job,
