@@ -26,6 +26,7 @@ from pref_helpers import toy_pairs
 def test_pairs_round_trip_with_provenance_in_insertion_order(cluster_file, tmp_path):
     pairs = toy_pairs(tmp_path / "png", 5)
     pairs[2] = replace(pairs[2], scores={"winner": 0.9, "loser": 0.1, "sub": {"rubric": [1, 0]}})
+    pairs[3] = replace(pairs[3], reference_uri="file:///refs/style-3.png")  # a style pair's
     with open_pairs(str(cluster_file)) as wh:
         assert write_pairs(wh, pairs) == 5
         back = read_pairs(wh)

@@ -32,6 +32,7 @@ COLUMNS: dict[str, str] = {
     "annotator": "text",
     "chosen_at": "timestamptz",
     "seq": "bigint",  # insertion order (microseconds since the epoch + index)
+    "reference_uri": "text",  # the style reference both images were sampled with; NULL: none
 }
 CHOICES = ("winner", "loser", "skip")
 
