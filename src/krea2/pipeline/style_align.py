@@ -25,13 +25,17 @@ from krea2.trainer import JobConfig
 ALIGNED = "style-po"  # the stage's name in S's run
 
 
+def pair_reward(measures: dict) -> np.ndarray:
+    """Style similarity − leaked per image [P, S]: what a pair's winner leads by."""
+    return np.asarray(measures["similarity"], np.float64) - np.asarray(measures["leaked"])
+
+
 def candidate_pairs(measures: dict, min_gap: float) -> list[tuple[int, int, int]]:
     """(case, winner sample, loser sample) per case from per-image measures [P][S]
     (``similarity``, ``leaked``, ``content``): the winner the best reward (similarity −
     leaked) among the samples of the case's best content, the loser the worst reward among
     samples of no better content; none when the gap is under ``min_gap``."""
-    sim = np.asarray(measures["similarity"], np.float64)
-    reward = sim - np.asarray(measures["leaked"], np.float64)
+    reward = pair_reward(measures)
     content = np.asarray(measures["content"], np.float64)
     pairs = []
     for p in range(reward.shape[0]):
@@ -115,7 +119,7 @@ def align_style(a: Any, style: tuple[JobConfig, int], work: Path, cases: list, c
     shards = write_pairs(images, references, cases, chosen, seeds, work, a.batch_size // 2)
     aligned = aligned_job(style, shards, a)
     train_style(job, index, aligned)
-    reward = np.asarray(m["similarity"]) - np.asarray(m["leaked"])
+    reward = pair_reward(m)
     gap = [reward[p, w] - reward[p, loser] for p, w, loser in chosen]
     return {
         "model": (aligned, len(aligned.stages) - 1),
