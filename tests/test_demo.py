@@ -209,6 +209,13 @@ def test_the_chain_continues_each_model_from_the_one_before(demo):
     assert stages["raw"][: len(stages["po"])] == stages["po"]
     section = (demo / "report.html").read_text().split("<h2>The chain")[1].split("<h2>")[0]
     assert all(f"<td>{name}</td>" in section for name in ("pretrained", "sft", "po", "raw"))
+    # measured on the samples the preference and RL stages drew the same way, not drawn again
+    record = {n: json.loads((demo / "stages" / f"{n}.json").read_text())["result"]
+              for n in ("chain", "preference-stpo", "rl")}  # fmt: skip
+    models, pref, rl = record["chain"]["models"], record["preference-stpo"], record["rl"]
+    assert models["sft"]["cfg"]["samples"] == pref["pretrained_samples"]
+    assert models["po"]["cfg"]["samples"] == pref["samples"] == rl["pretrained"]["cfg"]["samples"]
+    assert models["raw"]["no_cfg"]["samples"] == rl["tuned"]["no_cfg"]["samples"]
 
 
 def test_turbo_is_raw_distilled_and_measured_against_raw_at_each_step_count(demo):

@@ -77,6 +77,36 @@ def adopt_merge(job: JobConfig, index: int, work: Path, s: Any, files: list[Path
     return adopt_weights(job, index, "sft", path, work / "chain")
 
 
+def drawn_alike(results: dict[str, dict], ev: Any, pretrained_cfg: Path) -> dict[str, Path]:
+    """The chain's samples ("MODEL-cfg" / "MODEL-no_cfg" -> .npy) that earlier stages of
+    the demo (``results``: stage name -> result) drew on the held-out prompts with
+    ``ev``'s (``[eval]``'s) seeds, steps and CFG: the pretrained model's CFG samples
+    (``pretrained_cfg``, the ``sample`` stage's), the preference stage's start and result
+    (SFT and PO with CFG) and the RL stage's (PO and raw, without CFG and with it). A stage
+    that sampled otherwise (a recipe may set its own seeds, steps or CFG) is not reused.
+    Sampling them again draws the same pixels: on 2026-12-06 five of the chain's eight
+    sample sets were byte-identical copies, about 60 s of the full demo."""
+    from krea2.pipeline import preference, rl_stage
+
+    seeds = list(ev.seeds)
+    out = {"pretrained-cfg": pretrained_cfg}
+    po = results.get(preference.stage_name("stpo"))
+    ps = po["settings"] if po else {}
+    if po and (ps["sample_steps"], ps["sample_cfg"], list(ps["eval_seeds"])) == (
+        ev.steps, ev.cfg, seeds
+    ):  # fmt: skip
+        out["sft-cfg"] = Path(po["pretrained_samples"])
+        out["po-cfg"] = Path(po["samples"])
+    rl = results.get(rl_stage.STAGE)
+    rs = rl["settings"] if rl else {}
+    if rl and (rs["eval_steps"], list(rs["eval_seeds"])) == (ev.steps, seeds):
+        for model, key in (("po", "pretrained"), ("raw", "tuned")):
+            out[f"{model}-no_cfg"] = Path(rl[key]["no_cfg"]["samples"])
+            if rs["eval_cfg"] == ev.cfg and "cfg" in rl[key]:
+                out[f"{model}-cfg"] = Path(rl[key]["cfg"]["samples"])
+    return out
+
+
 def measure_chain(
     models: dict[str, dict[str, str]],
     work: Path,

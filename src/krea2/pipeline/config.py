@@ -125,11 +125,13 @@ class StyleAlignSettings:
     style similarity − leakage with ShapesEval held (a winner leads by ``min_gap``), and
     trained for ``steps`` steps of ``batch_size`` images (half as many pairs) at ``lr`` by
     the preference objective ``preference`` (krea2.rl.preference.PreferenceConfig itself)
-    on the module alone. ``steps = 0``: no alignment."""
+    on the module alone. The candidates are sampled with ``sample_steps`` Euler steps (0:
+    ``[eval]``'s). ``steps = 0``: no alignment."""
 
     steps: int = 0
     cases: int = 256
     samples: int = 8
+    sample_steps: int = 0
     seed: int = 3000
     min_gap: float = 0.1
     batch_size: int = 16
@@ -137,8 +139,10 @@ class StyleAlignSettings:
     preference: PreferenceConfig = field(default_factory=lambda: PreferenceConfig(beta=1000.0))
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.cases < 1 or self.samples < 2:
-            raise ValueError("align: steps must be >= 0, cases >= 1 and samples >= 2")
+        if self.steps < 0 or self.cases < 1 or self.samples < 2 or self.sample_steps < 0:
+            raise ValueError(
+                "align: steps must be >= 0, cases >= 1, samples >= 2 and sample_steps >= 0"
+            )
         if self.batch_size < 2 or self.batch_size % 2:
             raise ValueError(f"align: batch_size={self.batch_size} must be even (whole pairs)")
         if not self.lr > 0 or self.min_gap < 0:

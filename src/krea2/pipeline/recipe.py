@@ -138,7 +138,12 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
             rl_stage.STAGE,
             rl_stage.WHAT,
             lambda d: rl_stage.run_demo_stage(
-                d.cfg, d.model(_pref("stpo"))[0], d.out / "rl", list(d.split.train), d.held_out
+                d.cfg,
+                d.model(_pref("stpo"))[0],
+                d.out / "rl",
+                list(d.split.train),
+                d.held_out,
+                {"cfg": p} if (p := _drawn_alike(d).get("po-cfg")) else None,
             ),
             summary=lambda d: {"rl": rl_stage.summary(d.results[rl_stage.STAGE])},
             sections=lambda d: [
@@ -305,8 +310,8 @@ def _score_sections(d: DemoRun) -> list[Section]:
 
 
 def _chain(d: DemoRun) -> dict:
-    """Every chain model measured alike (:func:`krea2.pipeline.chain.measure_chain`); the
-    pretrained model's CFG samples are the ``sample`` stage's."""
+    """Every chain model measured alike (:func:`krea2.pipeline.chain.measure_chain`), on
+    the samples the stages before drew the same way (:func:`_drawn_alike`)."""
     from krea2.pipeline import chain, preference, rl_stage, sft_merge
 
     job = d.job
@@ -317,7 +322,6 @@ def _chain(d: DemoRun) -> dict:
         "raw": d.results[rl_stage.STAGE]["model"],
     }
     ev = d.cfg.eval
-    last = d.out / "samples" / f"after {job.stages[-1].name}.npy"
     return chain.measure_chain(
         models,
         d.out / "chain",
@@ -326,8 +330,15 @@ def _chain(d: DemoRun) -> dict:
         list(ev.seeds),
         ev.steps,
         ev.cfg,
-        cached={"pretrained-cfg": last},
+        cached=_drawn_alike(d),
     )
+
+
+def _drawn_alike(d: DemoRun) -> dict:
+    from krea2.pipeline import chain
+
+    last = d.out / "samples" / f"after {d.job.stages[-1].name}.npy"
+    return chain.drawn_alike(d.results, d.cfg.eval, last)
 
 
 def _turbo(d: DemoRun) -> dict:

@@ -23,10 +23,13 @@ HEADERS = ["model", "ShapesEval, no CFG", "all correct, no CFG", "ShapesEval, CF
 
 
 def run_demo_stage(
-    cfg: DemoConfig, job: JobConfig, work: Path, train: list[Concept], held_out: list[Concept]
-) -> dict:
+    cfg: DemoConfig, job: JobConfig, work: Path, train: list[Concept], held_out: list[Concept],
+    start_samples: dict[str, Path] | None = None,
+) -> dict:  # fmt: skip
     """RL-tune ``job``'s final stage with the recipe's ``[rl]`` settings, evaluated as
-    ShapesEval does (``[eval]``'s steps, seeds and CFG); resumable under ``work``."""
+    ShapesEval does (``[eval]``'s steps, seeds and CFG); resumable under ``work``.
+    ``start_samples``: ``job``'s held-out samples already drawn that way (``"cfg"`` ->
+    ``.npy``: the preference stage's), measured instead of sampled again."""
     from krea2.rl.online import rl_stage
 
     s = replace(cfg.rl, eval_steps=cfg.eval.steps, eval_cfg=cfg.eval.cfg,
@@ -34,6 +37,7 @@ def run_demo_stage(
     return rl_stage(
         job, len(job.stages) - 1, work, [eval_prompt(c) for c in train],
         [eval_prompt(c) for c in held_out], [concept_scene(c) for c in held_out], s,
+        start_samples=start_samples,
     )  # fmt: skip
 
 

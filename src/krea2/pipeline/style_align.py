@@ -97,7 +97,8 @@ def align_style(a: Any, style: tuple[JobConfig, int], work: Path, cases: list, c
     """Sample S on ``cases``, rank the pairs, train ``style-po``; returns ``model`` (job,
     stage index), ``pairs`` (how many), ``candidates`` (the candidates' mean measures)
     and ``reward_gap`` (mean winner − loser reward). ``measure(images, cases, csd)`` gives
-    per-image measures; ``sampler_of(model, seeds, steps)`` a sampler (style_stage's)."""
+    per-image measures; ``sampler_of(model, seeds, steps)`` a sampler (style_stage's);
+    the candidates take ``a.sample_steps`` Euler steps, or ``steps`` where it is 0."""
     from krea2.trainer import encode_images, train_style
 
     work.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ def align_style(a: Any, style: tuple[JobConfig, int], work: Path, cases: list, c
     seeds = list(range(a.seed, a.seed + a.samples))
     references = np.stack([c.reference_pixels(side) for c in cases])
     refs = encode_images(job, references)[:, None]
-    images = sampler_of(style, seeds, steps)(
+    images = sampler_of(style, seeds, a.sample_steps or steps)(
         work / "candidates.npy", [c.prompt for c in cases], refs, [[1.0]] * len(cases)
     )
     m = measure(images, cases, csd)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -196,12 +196,16 @@ def rl_stage(
     eval_targets: Sequence,
     settings: RlStageSettings | None = None,
     name: str | None = None,
+    start_samples: Mapping[str, Path] | None = None,
 ) -> dict:
     """RL-tune ``pretrain_job.stages[stage_index]`` (finished) on the curated
     ``train_prompts`` and measure it on ``eval_prompts`` (ShapesEval against
     ``eval_targets``, with and without CFG); resumable under ``work`` (module docstring).
     ``name`` (default the objective) names the run directory and result file, so several
-    variants can share one ``work``. Returns JSON-able results: ``pool`` (verdict counts),
+    variants can share one ``work``. ``start_samples`` (``"cfg"``/``"no_cfg"`` -> ``.npy``):
+    the start model's samples another stage drew on ``eval_prompts`` with the settings'
+    eval seeds, steps and CFG, measured instead of sampled again. Returns JSON-able
+    results: ``pool`` (verdict counts),
     ``pretrained``/``tuned`` measures ``{"no_cfg": ..., "cfg": ...}`` (``shapes_eval``,
     ``all_correct``, ``by_kind``, ``artifact``), ``curves`` (per logged step:
     :data:`CURVE_KEYS`), ``samples`` (``.npy`` uint8 [P, S, H, W, 3], no CFG, tuned and
@@ -257,10 +261,11 @@ def rl_stage(
     pool = training_pool(records, s.hard_repeats, s.keep_unsolved, s.keep_solved) or prompts
     seconds["pool"] = time.perf_counter() - t
 
-    def evaluate(job: JobConfig, index: int, tag: str, with_cfg: bool = True) -> dict:
+    def evaluate(job: JobConfig, index: int, tag: str, with_cfg: bool = True,
+                 drawn: Mapping[str, Path] | None = None) -> dict:  # fmt: skip
         out = {}
         for key, scale in (("no_cfg", 0.0), ("cfg", s.eval_cfg))[: 2 if with_cfg else 1]:
-            path = work / f"eval-{tag}-{key}.npy"
+            path = Path((drawn or {}).get(key) or work / f"eval-{tag}-{key}.npy")
             images = cached_array(path, lambda job=job, index=index, scale=scale: sample_stage(
                 job, index, list(eval_prompts), list(s.eval_seeds), s.eval_steps, scale
             ))  # fmt: skip
@@ -269,7 +274,7 @@ def rl_stage(
         return out
 
     t = time.perf_counter()
-    before = evaluate(pretrain_job, stage_index, "pretrained")  # samples cached, re-measured
+    before = evaluate(pretrain_job, stage_index, "pretrained", drawn=start_samples)
     write_json(work / "eval-pretrained.json", before)
     seconds["eval_pretrained"] = time.perf_counter() - t
 
