@@ -1,5 +1,6 @@
 """The prepared GPU check (one H200, under 8 minutes): DiT train step vs diffusers at the
-release's width, eager and compiled, with MFU; float8 rowwise vs bf16 at 256/512 px; a LoRA
+release's width, eager and compiled, with MFU; the attention kernel alone per pinned SDPA
+backend, with and without a key mask; float8 rowwise vs bf16 at 256/512 px; a LoRA
 step of the full 12B on a bf16 and an int8 base with peak memory; async checkpoint blocking.
 
     uv run --no-sync python -m benchmarks.gpu                 # everything (needs CUDA)
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.gpu_attention import attention_kernels, markdown_rows
 from benchmarks.report import table, write_results
 from krea2.dit.config import get_config
 from krea2.dit.diffusers_config import to_diffusers_config
@@ -37,7 +39,7 @@ from krea2.dit.testing import make_inputs, randomize
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "gpu.json"
-PARTS = ("steps", "lora", "checkpoint", "float8")
+PARTS = ("steps", "attention", "lora", "checkpoint", "float8")
 CHILD_MARK = "FLOAT8-ROWS "  # the child's result line (float8_in_child)
 H200_BF16_TFLOPS = 989.0  # dense bf16 peak (SXM); MFU is against this
 TEXT_TOKENS = 512
@@ -378,6 +380,9 @@ def main() -> None:
     steps = part("steps", lambda: attempt(
         "steps", lambda: release_width_steps(device, args.depth, args.side, 2, args.repeat), []
     ), [])  # fmt: skip
+    attn = part("attention", lambda: attempt(
+        "attention", lambda: attention_kernels(device, args.side, args.repeat), []
+    ), [])  # fmt: skip
     lora = part("lora", lambda: [
         r
         for b in ("bf16", "int8")
@@ -394,7 +399,8 @@ def main() -> None:
     ], [])  # fmt: skip
     elapsed = time.perf_counter() - t_start
     results = {"device": torch.cuda.get_device_name(device), "depth": args.depth,
-               "side": args.side, "self_check": check, "steps": steps, "float8": fp8,
+               "side": args.side, "self_check": check, "steps": steps, "attention": attn,
+               "float8": fp8,
                "lora": lora, "checkpoint": ckpt, "errors": errors, "elapsed_s": elapsed,
                "measured": measured}  # fmt: skip
     write_results("gpu", results, markdown(results))
@@ -417,6 +423,13 @@ def markdown(r: dict) -> str:
         table(["impl", "mode", "step ms", "MFU"],
               [[s["impl"], "compiled" if s["compiled"] else "eager", f"{1e3 * s['step_s']:.1f}",
                 f"{100 * s['mfu']:.1f} %"] for s in r["steps"]]),
+        "",
+        f"Attention alone at {side}² + 512 text tokens (GQA 48/12, head_dim 128, bf16, "
+        "forward + backward), per pinned SDPA kernel (`model.attention`):",
+        "",
+        table(["kernel", "key mask", "ms"], markdown_rows(r["attention"]))
+        if r.get("attention")
+        else "not measured yet: `uv run --no-sync python -m benchmarks.gpu --parts attention`",
         "",
         "float8 rowwise vs bf16 (batch 8):",
         "",

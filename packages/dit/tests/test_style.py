@@ -93,7 +93,7 @@ def test_attention_mass_on_a_reference_grows_with_its_strength(dit, style, monke
     masses = []
     real = attention.sdpa_gqa
 
-    def recording(q, k, v, mask):
+    def recording(q, k, v, mask, backend="auto"):
         if mask is not None and mask.is_floating_point() and not masses[-1]:
             groups = q.shape[1] // k.shape[1]
             kk = k.repeat_interleave(groups, dim=1)
@@ -101,7 +101,7 @@ def test_attention_mass_on_a_reference_grows_with_its_strength(dit, style, monke
             weights = logits.softmax(-1)  # [B, H, L, L]
             start = 7 + M  # text length 7, then reference 0, then reference 1
             masses[-1].append(float(weights[..., -15:, start : start + M].sum(-1).mean()))
-        return real(q, k, v, mask)
+        return real(q, k, v, mask, backend)
 
     monkeypatch.setattr(attention, "sdpa_gqa", recording)
     for s in (0.1, 0.5, 1.0, 2.0, 8.0):

@@ -155,3 +155,16 @@ def test_a_misspelt_model_override_is_one_line_naming_the_key_and_the_closest_fi
 def test_a_model_override_of_the_wrong_type_names_the_key(write_job):
     with pytest.raises(ConfigError, match=r"overrides.depth = '2' must be a whole number"):
         load_job(write_job(), ["model.overrides.depth='2'"])
+
+
+def test_the_attention_kernel_is_one_of_the_dits_and_reaches_every_attention(write_job):
+    from krea2.dit.attention import Attention
+    from krea2.trainer.build import build_module
+    from krea2.trainer.distributed import init_distributed
+
+    with pytest.raises(ConfigError, match=r"model.attention = 'sdpa'.*auto, cudnn, flash"):
+        load_job(write_job(), ["model.attention=sdpa"])
+    job = load_job(write_job(), ["model.attention=math"])
+    module = build_module(job, job.stages[0], init_distributed(job))
+    kernels = {m.backend for m in module.dit.modules() if isinstance(m, Attention)}
+    assert kernels == {"math"}

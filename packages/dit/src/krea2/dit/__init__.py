@@ -13,6 +13,7 @@ from krea2.infra.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit import flow as flow
+    from krea2.dit.attention import set_attention_backend as set_attention_backend
     from krea2.dit.autoencoder import Autoencoder as Autoencoder
     from krea2.dit.checkpointing import set_activation_checkpointing as set_activation_checkpointing
     from krea2.dit.components import AUTOENCODERS as AUTOENCODERS
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.components import parse_autoencoder as parse_autoencoder
     from krea2.dit.components import parse_text_encoder as parse_text_encoder
     from krea2.dit.conditioning_record import check_conditioning as check_conditioning
+    from krea2.dit.config import ATTENTION_BACKENDS as ATTENTION_BACKENDS
     from krea2.dit.config import CONFIGS as CONFIGS
     from krea2.dit.config import DiTConfig as DiTConfig
     from krea2.dit.config import get_config as get_config
@@ -185,6 +187,8 @@ _MODULE_OF = {
     "fsdp_units": "parallel",
     "check_tp_degree": "parallel",
     "set_activation_checkpointing": "checkpointing",
+    "ATTENTION_BACKENDS": "config",
+    "set_attention_backend": "attention",
     "cost": "flops",
     "param_count": "flops",
     "format_flops": "flops",

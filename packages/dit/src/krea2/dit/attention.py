@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from krea2.dit.config import ATTENTION_BACKENDS
 from krea2.dit.layers import RMSNorm
 from krea2.dit.rope import apply_rope
 
@@ -20,6 +23,9 @@ class QKNorm(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         return self.qnorm(q), self.knorm(k)
+
+
+_CUDA_ONLY = ("cudnn", "efficient")
 
 
 class Attention(nn.Module):
@@ -38,6 +44,7 @@ class Attention(nn.Module):
         self.gate = nn.Linear(dim, heads * self.head_dim, bias=False) if gate else None
         self.wo = nn.Linear(heads * self.head_dim, dim, bias=False)
         self.qknorm = QKNorm(self.head_dim, eps)
+        self.backend = "auto"  # the SDPA kernel (set_attention_backend)
 
     def forward(
         self,
@@ -62,16 +69,52 @@ class Attention(nn.Module):
             q = apply_rope(q, cos[:, q_start:], sin[:, q_start:])
             k = apply_rope(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        out = sdpa_gqa(q, k, v, mask).transpose(1, 2).flatten(2)
+        out = sdpa_gqa(q, k, v, mask, self.backend).transpose(1, 2).flatten(2)
         if self.gate is not None:
             out = out * torch.sigmoid(self.gate(xq))
         return self.wo(out)
 
 
-def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+def set_attention_backend(model: nn.Module, backend: str) -> None:
+    """Pin the SDPA kernel of every attention in ``model``: ``auto`` (PyTorch picks per
+    call, the default), ``cudnn``, ``flash``, ``efficient`` (CUDA only) or ``math``. A pinned
+    kernel that cannot run a call (flash with a key mask, cuDNN on a card or dtype it does
+    not support) fails that call with PyTorch's reason instead of silently running a slower
+    one, so a benchmark measures the kernel it names."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(
+            f"attention backend {backend!r}: choose one of {', '.join(ATTENTION_BACKENDS)}"
+        )
+    for m in model.modules():
+        if isinstance(m, Attention):
+            m.backend = backend
+
+
+def sdpa_kernel_for(backend: str, device: torch.device) -> AbstractContextManager:
+    """The context that pins ``backend``'s SDPA kernel for a call on ``device``."""
+    if backend == "auto":
+        return nullcontext()
+    if backend in _CUDA_ONLY and device.type != "cuda":
+        raise RuntimeError(
+            f"attention backend {backend!r} runs only on CUDA; on {device.type} use auto, "
+            "flash or math"
+        )
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernels = {
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    return sdpa_kernel([kernels[backend]])
+
+
+def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, backend: str = "auto") -> Tensor:
     """SDPA where query head j uses KV head j // (H / KV). q [B, H, L, hd], k/v [B, KV, L, hd].
 
-    mask [B, 1, 1, L]: bool (True = key valid) or additive float in q's dtype.
+    mask [B, 1, 1, L]: bool (True = key valid) or additive float in q's dtype. ``backend``:
+    the SDPA kernel (:data:`ATTENTION_BACKENDS`; ``auto``: PyTorch's choice).
 
     On CUDA with a mask, KV heads are repeated: the fused kernels that take a mask do not all
     take `enable_gqa`, and the math fallback would materialise [B, H, L, L]. Elsewhere
@@ -91,9 +134,10 @@ def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         # all, measured on avx512_bf16), so bf16 autocast on CPU keeps attention in fp32.
         if mask is not None and mask.is_floating_point():
             mask = mask.float()
-        with torch.autocast("cpu", enabled=False):
+        with torch.autocast("cpu", enabled=False), sdpa_kernel_for(backend, q.device):
             out = F.scaled_dot_product_attention(
                 q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=groups > 1
             )
         return out.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)
+    with sdpa_kernel_for(backend, q.device):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)

@@ -10,6 +10,10 @@ from typing import Any
 
 from krea2.infra.errors import UserError
 
+# The attention's SDPA kernels by name (krea2.dit.set_attention_backend): "auto" is PyTorch's
+# own choice per call; the others pin one kernel.
+ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "efficient", "math")
+
 
 def round_up(x: int, multiple: int) -> int:
     """Smallest multiple of `multiple` that is >= x."""

@@ -126,6 +126,7 @@ def build_module(
     that the stage's objective trains itself beside a LoRA stage's own (TDM's fake score:
     :func:`krea2.trainer.objectives.objective_adapters`), injected with it before sharding."""
     import krea2.trainer.parallelize as par
+    from krea2.dit import set_attention_backend
     from krea2.dit.flops import param_count
     from krea2.dit.model import Krea2DiT
     from krea2.dit.parallel import fsdp_units
@@ -187,6 +188,7 @@ def build_module(
     if env.tp > 1:
         par.apply_tp(dit, env.mesh["tp"], stage.float8, cfg.parallel.async_tp)
     par.apply_ac(dit, stage.checkpointing)
+    set_attention_backend(dit, cfg.model.attention)
     if stage.compile:
         par.apply_compile(dit, stage.compile_backend)
     if env.distributed:

@@ -64,6 +64,10 @@ class ModelConfig:
     #   (192 features at patch 8 against width 128 in the toy). Plain v where k = 1.
     prediction: Prediction = Prediction.VELOCITY
     x0_min_t: float = 0.05
+    # The SDPA kernel of every attention (krea2.dit.ATTENTION_BACKENDS): "auto" lets PyTorch
+    # pick per call; "cudnn", "flash", "efficient" (CUDA) or "math" pin one, and a call the
+    # pinned kernel cannot run fails with PyTorch's reason instead of running a slower one.
+    attention: str = "auto"
     # "cpu": seeded CPU build; "meta": build on meta, shard, then init on the device (no
     # full copy in host memory); "auto": meta above 2B parameters.
     init_device: InitDevice = InitDevice.AUTO
@@ -72,6 +76,13 @@ class ModelConfig:
         from krea2.dit.config import check_overrides
 
         parse_enum_fields(self)
+        from krea2.dit import ATTENTION_BACKENDS
+
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"model.attention = {self.attention!r}: choose one of "
+                f"{', '.join(ATTENTION_BACKENDS)}"
+            )
         try:
             check_overrides(self.overrides, "overrides.")
         except UserError as e:  # the loader names the section and the file
