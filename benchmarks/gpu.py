@@ -1,10 +1,15 @@
 """The prepared GPU check (one H200, under 8 minutes): DiT train step vs diffusers at the
 release's width, eager and compiled, with MFU; the attention kernel alone per pinned SDPA
-backend, with and without a key mask; float8 rowwise vs bf16 at 256/512 px; a LoRA
+backend, with and without a key mask; the RL proof at a GPU budget (from a carried kit,
+``benchmarks.gpu_kit``); float8 rowwise vs bf16 at 256/512 px; a LoRA
 step of the full 12B on a bf16 and an int8 base with peak memory; async checkpoint blocking.
 
     uv run --no-sync python -m benchmarks.gpu                 # everything (needs CUDA)
     uv run --no-sync python -m benchmarks.gpu --self-check    # only the numerics check (CPU ok)
+
+The rl part reads a pretrained model packed beforehand on a CPU machine and carried along:
+``uv run python -m benchmarks.gpu_kit --demo DIR --out gpu-kit``, then the device call with
+``carry=["gpu-kit"]``.
 
 Before any timing it checks its own numerics at a small shape: our forward and gradients
 against diffusers' Krea2Transformer2DModel with the same random weights (fp32, on the
@@ -29,6 +34,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.gpu_attention import attention_kernels, markdown_rows
+from benchmarks.gpu_rl import rl_proof
 from benchmarks.report import table, write_results
 from krea2.dit.config import get_config
 from krea2.dit.diffusers_config import to_diffusers_config
@@ -39,7 +45,7 @@ from krea2.dit.testing import make_inputs, randomize
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "gpu.json"
-PARTS = ("steps", "attention", "lora", "checkpoint", "float8")
+PARTS = ("steps", "attention", "lora", "checkpoint", "rl", "float8")
 CHILD_MARK = "FLOAT8-ROWS "  # the child's result line (float8_in_child)
 H200_BF16_TFLOPS = 989.0  # dense bf16 peak (SXM); MFU is against this
 TEXT_TOKENS = 512
@@ -319,6 +325,16 @@ def main() -> None:
         default=180.0,
         help="seconds allowed to each float8 mode (eager, compiled)",
     )
+    p.add_argument(
+        "--kit",
+        type=Path,
+        default=Path("gpu-kit"),
+        help="the rl part's pretrained model (python -m benchmarks.gpu_kit)",
+    )
+    p.add_argument("--rl-seeds", type=int, default=3, help="rl part: training seeds")
+    p.add_argument("--rl-steps", type=int, default=150, help="rl part: iterations per seed")
+    p.add_argument("--rl-eval-every", type=int, default=30)
+    p.add_argument("--rl-timeout", type=float, default=420.0, help="rl part: seconds in all")
     p.add_argument("--float8-child", choices=("eager", "compiled"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.float8_child:  # one float8 mode in a child process (float8_in_child)
@@ -391,6 +407,9 @@ def main() -> None:
     ckpt = part("checkpoint", lambda: attempt(
         "checkpoint", lambda: checkpoint_blocking(device, args.depth * 2), nan
     ), nan)  # fmt: skip
+    rl = part("rl", lambda: attempt("rl", lambda: rl_proof(
+        args.kit, args.rl_seeds, args.rl_steps, args.rl_eval_every, args.rl_timeout
+    ), {}), {})  # fmt: skip
     fp8 = part("float8", lambda: [
         row
         for mode in (False, True)  # eager first: a figure even when the compile fails
@@ -401,7 +420,7 @@ def main() -> None:
     results = {"device": torch.cuda.get_device_name(device), "depth": args.depth,
                "side": args.side, "self_check": check, "steps": steps, "attention": attn,
                "float8": fp8,
-               "lora": lora, "checkpoint": ckpt, "errors": errors, "elapsed_s": elapsed,
+               "lora": lora, "checkpoint": ckpt, "rl": rl, "errors": errors, "elapsed_s": elapsed,
                "measured": measured}  # fmt: skip
     write_results("gpu", results, markdown(results))
     print(markdown(results))
@@ -448,12 +467,32 @@ def markdown(r: dict) -> str:
         f"Checkpoint of {ckpt['state_gib']:.1f} GiB: sync {ckpt['sync_s']:.2f} s, async blocks "
         f"{ckpt['async_blocked_s']:.2f} s (done after {ckpt['async_total_s']:.2f} s).",
         "",
+        rl_line(r.get("rl") or {}),
+        "",
         f"Last run: {r.get('elapsed_s', nan) / 60:.1f} min. Measured: "
         + ", ".join(f"{k} {v}" for k, v in sorted(r.get("measured", {}).items())) + ".",
         *(f"- {name} failed: {err}" for name, err in r.get("errors", {}).items()),
         *(f"- {note}" for note in r.get("notes", [])),
     ]  # fmt: skip
     return "\n".join(md)
+
+
+def rl_line(rl: dict) -> str:
+    """The rl part's sentence (``benchmarks.gpu_rl``)."""
+    if not rl:
+        return (
+            "RL without CFG at a GPU budget: not measured yet (`python -m benchmarks.gpu_kit"
+            " --demo DIR`, then `--parts rl` with `carry=['gpu-kit']`)."
+        )
+    scores = ", ".join("—" if x is None else f"{x:.3f}" for x in rl["scores"])
+    mean = "—" if rl["mean"] is None else f"{rl['mean']:.3f}"
+    pre, nan = rl.get("pretrained", {}), float("nan")
+    return (
+        f"RL without CFG (the demo's [rl] recipe, {rl['steps']} iterations per seed"
+        f"{'' if rl['finished'] else ', cut short by --rl-timeout'}): held-out ShapesEval "
+        f"{scores} over {rl['seeds']} seeds, mean **{mean}** (target 0.95); pretrained "
+        f"{pre.get('no_cfg', nan):.3f} without CFG, {pre.get('cfg', nan):.3f} with CFG 3."
+    )
 
 
 if __name__ == "__main__":
