@@ -419,8 +419,8 @@ def main() -> None:
     elapsed = time.perf_counter() - t_start
     results = {"device": torch.cuda.get_device_name(device), "depth": args.depth,
                "side": args.side, "self_check": check, "steps": steps, "attention": attn,
-               "float8": fp8,
-               "lora": lora, "checkpoint": ckpt, "rl": rl, "errors": errors, "elapsed_s": elapsed,
+               "float8": fp8, "lora": lora, "checkpoint": ckpt, "rl": rl, "errors": errors,
+               "elapsed_s": elapsed,
                "measured": measured}  # fmt: skip
     write_results("gpu", results, markdown(results))
     print(markdown(results))

@@ -2,8 +2,8 @@
 (``carry=["gpu-kit"]``, at most 64 MiB): the newest complete checkpoint of each pretraining
 stage and its done marker (``gpu-kit/demo/run/checkpoints/``) and the stages' exported
 shards (``gpu-kit/demo/shards/``: the job checks its data exists; under 1 MiB). The GPU
-machine has no
-demo and reaches no registry, and pretraining again there would spend its minutes.
+machine has no demo and reaches no registry, and pretraining again there would spend its
+minutes.
 
     uv run python -m benchmarks.gpu_kit --demo /tmp/demo --out gpu-kit
 
@@ -36,11 +36,12 @@ def pack(demo: Path, out: Path) -> dict:
     stages, size = {}, 0
     for stage in job.stages:
         src = Path(job.run_dir) / "checkpoints" / stage.name
-        step = CheckpointManager(src).latest_step()
+        manager = CheckpointManager(src)
+        step = manager.latest_step()
         if step is None:
             raise SystemExit(f"{src}: no complete checkpoint")
-        copied = shutil.copytree(CheckpointManager(src).path_of(step), target / stage.name /
-                                 CheckpointManager(src).path_of(step).name)  # fmt: skip
+        newest = manager.path_of(step)
+        copied = shutil.copytree(newest, target / stage.name / newest.name)
         shutil.copy2(src.parent / f"{stage.name}.done", target / f"{stage.name}.done")
         shards = shutil.copytree(demo / "shards" / stage.name, out / "demo" / "shards" / stage.name)
         size += sum(f.stat().st_size for d in (copied, shards) for f in Path(d).rglob("*")

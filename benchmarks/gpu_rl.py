@@ -1,11 +1,12 @@
 """gpu.py's ``rl`` part: the RL-without-CFG proof at a GPU budget, from a carried kit.
 
-``benchmarks.rl_grpo_proof`` runs the demo's ``[rl]`` recipe (DiffusionNFT, LoRA r8 at
-lr 3e-3, the rubric + 0.5 x artifact + shape-fidelity rewards by GDPO, the hard-prompt
-pool drawn up to 4x, the old policy at EMA 0.5) for ``seeds`` training seeds of ``steps``
-iterations each, from the pretrained model in ``KIT/demo`` (``benchmarks.gpu_kit``), in a
-child process limited to ``timeout_s``. A run cut short is reported at its last logged
-evaluation. The issue's target: held-out ShapesEval without CFG >= 0.95, mean of 3 seeds.
+``benchmarks.rl_grpo_proof`` runs the demo's ``[rl]`` recipe, read from it (DiffusionNFT,
+LoRA r8 at lr 3e-3, the rubric + 0.5 x artifact + shape-fidelity rewards by GDPO, the
+hard-prompt pool drawn up to 4x, the old policy at EMA 0.5) for ``seeds`` training seeds
+of ``steps`` iterations each, from the pretrained model in ``KIT/demo``
+(``benchmarks.gpu_kit``), in a child process limited to ``timeout_s``. A run cut short is
+reported at its last logged evaluation. The issue's target: held-out ShapesEval without
+CFG >= 0.95, mean of 3 seeds.
 """
 
 from __future__ import annotations
@@ -18,14 +19,29 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The demo's [rl] table (src/krea2/pipeline/recipes/demo.toml), as rl_grpo_proof --set keys.
-RECIPE = (
-    "lora_rank=8", "lr=0.003", "keep_unsolved=true", "hard_repeats=4", "max_train_prompts=64",
-    "pool_samples=4", "prompts_per_step=8", "group_size=8", "sample_steps=8", "micro_batch=16",
-    "inner_steps=1", "nft_old_decay=0.5", "nft_weighting=adaptive", "shape_weight=1.0",
-    "artifact_weight=0.5", "aggregation=normalize_then_sum", "artifact_bound=0.9",
-    "noise_bound=2.0",
-)  # fmt: skip
+# rl_grpo_proof sets these itself (per run or per variant), or they only size the demo's run
+LEFT_TO_THE_PROOF = ("seed", "steps", "eval_every", "checkpoint_every", "window_size",
+                     "window_start_max", "rewards", "weights")  # fmt: skip
+
+
+def recipe_sets() -> list[str]:
+    """The demo's ``[rl]`` table (``src/krea2/pipeline/recipes/demo.toml``: the stage's
+    settings and its ``[rl.grpo]`` objective) as ``rl_grpo_proof --set`` items, read from the
+    recipe so the proof runs what the demo runs; the reward weights as the proof's
+    ``artifact_weight`` and ``shape_weight``."""
+    from dataclasses import asdict
+
+    from krea2.pipeline.config import load_demo_config
+
+    rl = asdict(load_demo_config(False).rl)
+    flat = {**{k: v for k, v in rl.items() if k != "grpo"}, **rl["grpo"]}
+    weights = rl["grpo"]["weights"]
+    flat |= {"artifact_weight": weights.get("artifact", 0.0),
+             "shape_weight": weights.get("shape", 0.0)}  # fmt: skip
+    left = set(LEFT_TO_THE_PROOF)
+    kept = {k: v for k, v in flat.items()
+            if k not in left and not k.startswith("eval_") and v is not None}  # fmt: skip
+    return [f"{k}={json.dumps(getattr(v, 'value', v))}" for k, v in kept.items()]
 
 
 def rl_proof(kit: Path, seeds: int, steps: int, eval_every: int, timeout_s: float) -> dict:
@@ -40,7 +56,7 @@ def rl_proof(kit: Path, seeds: int, steps: int, eval_every: int, timeout_s: floa
         )
     work = Path(tempfile.mkdtemp(prefix="krea2-gpu-rl-"))
     names = [f"nft-s{s}" for s in range(seeds)]
-    sets = [f"--set={kv}" for kv in (*RECIPE, f"steps={steps}", f"eval_every={eval_every}")]
+    sets = [f"--set={kv}" for kv in (*recipe_sets(), f"steps={steps}", f"eval_every={eval_every}")]
     base = [sys.executable, "-m", "benchmarks.rl_grpo_proof", "--demo", str(demo),
             "--work", str(work), "--variants", ",".join(f"{n}:seed={s}" for s, n in
                                                          enumerate(names)), *sets]  # fmt: skip

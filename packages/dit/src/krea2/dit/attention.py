@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from krea2.dit.config import ATTENTION_BACKENDS
 from krea2.dit.layers import RMSNorm
@@ -26,6 +27,9 @@ class QKNorm(nn.Module):
 
 
 _CUDA_ONLY = ("cudnn", "efficient")
+# ATTENTION_BACKENDS' pinned kernels by their torch.nn.attention.SDPBackend member names
+_KERNELS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION",
+            "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}  # fmt: skip
 
 
 class Attention(nn.Module):
@@ -99,15 +103,7 @@ def sdpa_kernel_for(backend: str, device: torch.device) -> AbstractContextManage
             f"attention backend {backend!r} runs only on CUDA; on {device.type} use auto, "
             "flash or math"
         )
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    kernels = {
-        "cudnn": SDPBackend.CUDNN_ATTENTION,
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
-    }
-    return sdpa_kernel([kernels[backend]])
+    return sdpa_kernel([getattr(SDPBackend, _KERNELS[backend])])
 
 
 def sdpa_gqa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, backend: str = "auto") -> Tensor:
