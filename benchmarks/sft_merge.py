@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
 
-    from krea2.pipeline import sft_merge
+    from krea2.pipeline import sft_merge, sft_merge_report
     from krea2.pipeline.config import demo_training_job, load_demo_config
     from krea2.pipeline.evaluation import demo_concepts
 
@@ -86,7 +86,7 @@ def main() -> None:
         f"SFT and sampling "
         f"{result['seconds'] / 60:.1f} min on 2 CPU cores.",
         "",
-        table(sft_merge.HEADERS, sft_merge.rows(result)),
+        table(sft_merge_report.HEADERS, sft_merge_report.rows(result)),
         "",
         f"What the classifier saw (domain A's prompts / domain B's): {seen}.",
         "",

@@ -156,7 +156,7 @@ def test_autocast_modes_resolve_per_layout_and_reject_unknown(write_job):
     env = init_distributed(load_config(JobConfig, write_job()))
     assert autocast_dtype(Autocast.NONE, env) is None
     assert autocast_dtype(Autocast.BFLOAT16, env) is torch.bfloat16
-    # Which CPUs count as fast: test_auto_autocast_takes_bf16_on_cpu_only_with_amx.
+    # Which CPUs count as fast: test_auto_autocast_takes_bf16_on_cpus_with_fast_bf16.
     want = torch.bfloat16 if cpu_has_fast_bf16() else None
     assert autocast_dtype(Autocast.AUTO, env) is want
     with pytest.raises(ConfigError, match=r"model.autocast.*'none', 'bfloat16', 'auto'"):
@@ -214,16 +214,18 @@ def test_split_prediction_is_velocity_for_block_means_and_x0_for_the_detail(writ
     torch.testing.assert_close(module.output.velocity(vmean + x0_detail, x_t, t), true_v)
 
 
-def test_auto_autocast_takes_bf16_on_cpu_only_with_amx(monkeypatch, write_job):
+def test_auto_autocast_takes_bf16_on_cpus_with_fast_bf16(monkeypatch, write_job):
     from krea2.trainer import build, distributed
     from krea2.trainer.config import Autocast
 
     env = init_distributed(load_config(JobConfig, write_job()))
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    for flags, want in (
-        ({"avx2"}, None),
-        ({"avx512f", "avx512_bf16"}, None),  # measured slower than fp32 without AMX
-        ({"avx512_bf16", "amx_tile", "amx_bf16"}, torch.bfloat16),
+    for vendor, flags, want in (
+        ("AuthenticAMD", {"avx2"}, None),
+        ("GenuineIntel", {"avx512f", "avx512_bf16"}, None),  # slower than fp32 without AMX
+        ("GenuineIntel", {"avx512_bf16", "amx_tile", "amx_bf16"}, torch.bfloat16),
+        ("AuthenticAMD", {"avx512f", "avx512_bf16"}, torch.bfloat16),  # Zen 4: 1.5-2x
     ):
         monkeypatch.setattr(distributed, "cpu_flags", lambda f=flags: frozenset(f))
-        assert build.autocast_dtype(Autocast.AUTO, env) is want, flags
+        monkeypatch.setattr(distributed, "cpu_vendor", lambda v=vendor: v)
+        assert build.autocast_dtype(Autocast.AUTO, env) is want, (vendor, flags)

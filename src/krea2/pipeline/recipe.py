@@ -26,6 +26,7 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
         preference,
         rl_stage,
         sft_merge,
+        sft_merge_report,
         style_report,
         style_stage,
         turbo_report,
@@ -129,7 +130,7 @@ def demo_stages(cfg: DemoConfig) -> list[DemoStage]:
             sections=lambda d: [
                 (
                     "Domain SFT and merging",
-                    sft_merge.report_section(d.results[sft_merge.STAGE], smoke=d.cfg.smoke),
+                    sft_merge_report.report_section(d.results[sft_merge.STAGE], smoke=d.cfg.smoke),
                 )
             ],
         ),

@@ -42,8 +42,6 @@ REPLAY_STYLES = WORLD_BACKGROUNDS  # the one-object world's (and the base's) bac
 # each set teaches what a prompt that names no background gets; the others name it.
 CAPTION_WEIGHTS = {"short": 0.5, "medium": 0.3, "long": 0.2}
 STYLES = tuple(BACKGROUND_COLORS)  # what the style classifier can answer
-HEADERS = ["model", "style A: maroon on circles", "style B: teal on squares",
-           "ShapesEval (vs base ± s.e.)"]  # fmt: skip
 
 
 MERGES = ("uniform", "weighted", "ties", "task")  # what a merge may be called
@@ -53,8 +51,9 @@ MERGES = ("uniform", "weighted", "ties", "task")  # what a merge may be called
 class SftMergeSettings:
     """Sizes of the stage: LoRA SFT steps per domain, batch, learning rate and rank;
     renders per concept in each domain set (``copies`` of every concept a domain does not
-    own, ``own_factor`` x as many of its own); sampling steps, CFG and seeds; style prompts
-    per domain; TIES density; the weighted merge's weight of domain A."""
+    own, ``own_factor`` x as many of its own, ``unowned_factor`` x as many of those no
+    domain owns); sampling steps, CFG and seeds; style prompts per domain; TIES density; the
+    weighted merge's weight of domain A."""
 
     steps: int = 150
     batch_size: int = 32
@@ -62,6 +61,7 @@ class SftMergeSettings:
     rank: int = 8
     copies: int = 2
     own_factor: int = 3
+    unowned_factor: int = 1
     sample_steps: int = 16
     cfg: float = 2.0
     seeds: tuple[int, ...] = (0, 1)
@@ -98,12 +98,14 @@ def write_domain_shards(
     seed: int,
     batch_size: int,
     own_factor: int = 3,
+    unowned_factor: int = 1,
 ) -> Path:
     """Parquet shards (curate's export, whole batches of ``batch_size``: the SFT's) of
     ``domain``'s set: its own concepts on its style (``own_factor * copies`` jittered large
-    renders each) and every training concept it does not own on the base's backgrounds (``copies``
-    each); every sample's ``short`` caption is its content prompt (:func:`content_prompt`).
-    ValueError when the set is smaller than one batch."""
+    renders each) and every training concept it does not own on the base's backgrounds
+    (``copies`` each; ``unowned_factor * copies`` of those no domain owns); every sample's
+    ``short`` caption is its content prompt (:func:`content_prompt`). ValueError when the
+    set is smaller than one batch."""
     from PIL import Image
 
     from krea2.curate import Sample, export_shards, shapes
@@ -113,8 +115,11 @@ def write_domain_shards(
     # a domain owns a quarter of the concepts: its own scenes 3x as often (docs/benchmarks.md
     # sft_merge: at 2x the teal SFT moved only 0.17-0.38 of its squares off black)
     scenes = [(c, DOMAINS[domain][1]) for c in owned for _ in range(own_factor * copies)]
+    # A shape no domain owns is only replay in both sets; unowned_factor > 1 keeps its share
+    # nearer pretraining's (docs/design/demo.md, "Where the SFT step loses with CFG").
+    shared = {shape for shape, _ in DOMAINS.values()}
     scenes += [(c, str(rng.choice(REPLAY_STYLES))) for c in train if c not in owned
-               for _ in range(copies)]  # fmt: skip
+               for _ in range(copies * (1 if c[1] in shared else unowned_factor))]  # fmt: skip
     samples = []
     for i, (concept, bg) in enumerate(scenes):
         jitter = tuple(float(x) for x in rng.uniform(-0.3, 0.3, 2))
@@ -226,6 +231,7 @@ def run_sft_merge(
                 n,
                 s.batch_size,
                 s.own_factor,
+                s.unowned_factor,
             )
             sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
             link_finished(job, index, sft.run_dir)
@@ -289,18 +295,6 @@ def paired_delta(scores: list[list[float]], base: list[list[float]]) -> dict[str
     return {"shapes_eval_delta": d["delta"], "shapes_eval_delta_se": d["se"]}
 
 
-def rows(result: dict) -> list[list[str]]:
-    """Table rows of :data:`HEADERS`, one per model."""
-    out = []
-    for name, m in result["models"].items():
-        delta = ""
-        if "shapes_eval_delta" in m and name != "base":
-            delta = f" ({m['shapes_eval_delta']:+.3f} ± {m['shapes_eval_delta_se']:.3f})"
-        out.append([name, f"{m['style_A']:.2f}", f"{m['style_B']:.2f}",
-                    f"{m['shapes_eval']:.3f}{delta}"])  # fmt: skip
-    return out
-
-
 # -- the demo stage ---------------------------------------------------------------------
 
 STAGE = "sft-merge"
@@ -321,16 +315,16 @@ def demo_settings(cfg) -> SftMergeSettings:
     if cfg.smoke:
         common["seeds"] = tuple(ev.seeds[:1])
         return SftMergeSettings(steps=2, batch_size=4, copies=1, style_prompts=2, **common)
-    # 4 renders per replayed concept (12 per own), 100 steps at lr 5e-3; the chain continues
+    # 4 renders per replayed concept (12 per own), 100 steps at lr 2e-3; the chain continues
     # from the uniform merge (docs/design/trainer.md). With 2 renders and 150 steps (~16
     # passes over 288 images) the teal SFT memorised its set: -0.188 +- 0.057 with CFG 3 (28
-    # held-out prompts x 3 seeds, paired with the base). The chain's uniform merge loses
-    # 0.036 +- 0.034 with CFG (8 seeds), one standard error. At lr 2e-3 the weighted merge
-    # holds it (+0.001 +- 0.031 with CFG, -0.030 +- 0.031 without; uniform -0.007 +- 0.030),
-    # but the one full demo run from it (2026-12-06) ended weaker: PO -0.020 +- 0.016 with
-    # CFG, raw 0.655 without CFG against the pretrained model's 0.662 with CFG 3 (0.725 from
-    # this recipe), inside RL's seed spread of +-0.06, so one run cannot choose between them.
-    return SftMergeSettings(steps=100, batch_size=32, copies=4, style_prompts=12,
+    # held-out prompts x 3 seeds, paired with the base). At lr 5e-3 the chain's uniform merge
+    # lost 0.036 +- 0.034 (Intel AMX) and 0.046 +- 0.040 (AMD, fp32) with CFG (8 seeds),
+    # all in triangles, the shape no domain owns; at lr 2e-3 it held ShapesEval in all three
+    # measurements (-0.007 +- 0.030 and, weighted, +0.001 +- 0.031 on Intel; -0.009 +- 0.026
+    # on AMD), at the price of weaker styles (docs/design/demo.md, "Where the SFT step loses
+    # with CFG"; benchmarks/sft_replay.py).
+    return SftMergeSettings(steps=100, batch_size=32, lr=2e-3, copies=4, style_prompts=12,
                             chain_merge="uniform", **common)  # fmt: skip
 
 
@@ -356,45 +350,3 @@ def summary(result: dict) -> dict:
     return {name: {k: m[k] for k in keys if k in m} for name, m in result["models"].items()} | {
         "seconds": result["seconds"]
     }
-
-
-def report_section(result: dict, smoke: bool = False) -> str:
-    """HTML: the table of :data:`HEADERS`, what it measures, and the first seed's samples
-    of each model on both domains' style prompts (up to 4 each)."""
-    from krea2.pipeline import html
-
-    s = result["settings"]
-    parts = [
-        html.table(HEADERS, rows(result)),
-        f'<p class="note">Two LoRA (rank {s["rank"]}) SFTs of the final pretrained model, '
-        f"{s['steps']} steps each: domain A owns the circles and draws them on maroon, "
-        "domain B the squares on teal (colours the world never draws); each set also "
-        "replays the base's black / dark gray scenes of every concept it does not own, so "
-        "an SFT changes its own content only. Style columns: share of samples whose "
-        "background (median pixel, nearest named colour) is the domain's style, on content "
-        "prompts (no background named) of that domain's concepts. ShapesEval on the "
-        "held-out prompts (every shape, black background); in brackets its difference "
-        "to the base on the same prompts and seeds, ± its standard error. A generalist "
-        "merge keeps both styles and ShapesEval. Averaging (uniform, weighted) scales each "
-        "domain's change down to its weight; TIES keeps each entry's dominant sign and "
-        "averages only agreeing entries; task arithmetic adds both changes in full.</p>",
-    ]
-    if smoke:
-        parts.append(
-            f'<p class="warning">Smoke run: {s["steps"]} SFT steps per domain cannot move a '
-            "style; this checks that the stage runs and reports.</p>"
-        )
-    columns = [p for d in DOMAINS for p in result["prompts"][d][:4]]
-    grid = []
-    for name, path in result["samples"].items():
-        imgs = np.load(path)  # [domains, prompts, H, W, 3]
-        uris = [html.png_data_uri(_enlarge(im)) for d in range(imgs.shape[0]) for im in imgs[d, :4]]
-        grid.append((name, uris))
-    parts.append("<h3>Style prompts, first seed</h3>" + html.image_table(columns, grid))
-    return "".join(parts)
-
-
-def _enlarge(image: np.ndarray, side: int = 96) -> np.ndarray:
-    """uint8 [H, W, 3] repeated by whole pixels up to about ``side``."""
-    k = max(1, side // image.shape[0])
-    return np.kron(image, np.ones((k, k, 1), np.uint8))

@@ -244,7 +244,7 @@ def autocast_dtype(mode: Autocast, env: DistEnv) -> torch.dtype | None:
         return torch.bfloat16
     if env.device.type == "cpu" and cpu_has_fast_bf16():
         return torch.bfloat16
-    return None  # bf16 without AMX (emulated, or avx512_bf16) is slower than fp32
+    return None  # bf16 emulated, or Intel's avx512_bf16 without AMX, is slower than fp32
 
 
 def irepa_encoder_dim(stage: StageConfig) -> int:

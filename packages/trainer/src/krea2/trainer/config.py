@@ -51,7 +51,8 @@ class ModelConfig:
     base_quant: BaseQuant = BaseQuant.NONE
     # Forward under torch.autocast on one device (fp32 master weights, bf16 matmuls):
     # "none", "bfloat16", or "auto" (bf16 where FSDP does not already cast, and on CPUs
-    # only with AMX: 1.45x per toy step on 2 cores with it, 0.75x with avx512_bf16 alone).
+    # with AMX or AMD's avx512_bf16: 1.45x per toy step on 2 cores with AMX, 1.5-2x on
+    # AMD Zen 4, 0.75x with Intel's avx512_bf16 alone; distributed.cpu_has_fast_bf16).
     autocast: Autocast = Autocast.NONE
     # What the DiT's output means (loss and sampler always work in v):
     # "velocity": v = eps - x, the release.

@@ -83,8 +83,8 @@ def build_optimizers(
             # torch.optim.Muon runs Newton-Schulz in bf16, slower than fp32 on such a CPU:
             # measured 1.5 s per step for 20 matrices of 512x128 (AdamW: milliseconds).
             log.warning(
-                "Muon on a CPU without AMX bf16 is slow (its Newton-Schulz iteration is "
-                "bf16); use optimizer.name = 'adamw' for CPU runs"
+                "Muon on a CPU without fast bf16 (AMX, AMD avx512_bf16) is slow (its "
+                "Newton-Schulz iteration is bf16); use optimizer.name = 'adamw' for CPU runs"
             )
         muon_lr = cfg.muon_lr if cfg.muon_lr is not None else lr
         muon = torch.optim.Muon(
