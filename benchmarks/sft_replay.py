@@ -122,6 +122,7 @@ def main() -> None:
                    help="each: an unowned_factor, or settings as k=v;k=v")  # fmt: skip
     p.add_argument("--work", type=Path, default=Path("/tmp/krea2-sft-replay"))
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--note", default="", help="a sentence for the section (the run's machine)")
     args = p.parse_args()
 
     from krea2.pipeline.config import demo_training_job, load_demo_config
@@ -159,7 +160,11 @@ def main() -> None:
     headers = ["SFT settings", "style A", "style B", "ShapesEval, CFG (vs pretrained)",
                "triangles, CFG", "ShapesEval, no CFG (vs pretrained)",
                "triangles, no CFG"]  # fmt: skip
-    body = [[name(r), f"{r['style_A']:.2f}", f"{r['style_B']:.2f}", cell(r["cfg"]),
+
+    def share(r: dict, d: str) -> str:  # rows measured before the style columns: "-"
+        return f"{r[f'style_{d}']:.2f}" if f"style_{d}" in r else "-"
+
+    body = [[name(r), share(r, "A"), share(r, "B"), cell(r["cfg"]),
              f"{r['cfg']['by_shape']['triangle'][0]:.3f}", cell(r["no_cfg"]),
              f"{r['no_cfg']['by_shape']['triangle'][0]:.3f}"] for r in result["rows"]]  # fmt: skip
     b = result["base"]
@@ -176,7 +181,7 @@ def main() -> None:
         f"{ev.steps} steps, paired with the pretrained model's samples (± the standard error "
         f"over prompts). Style columns: the share of samples in the domain's style on its "
         f"content prompts ({ev.seeds[:3]} seeds, CFG {ev.cfg:g}). The other settings are "
-        f"the recipe's. {result['seconds'] / 60:.1f} min on 2 CPU cores.",
+        f"the recipe's. {result['seconds'] / 60:.1f} min on 2 CPU cores. {args.note}",
         "",
         table(headers, body),
         "",
