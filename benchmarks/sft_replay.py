@@ -44,52 +44,20 @@ def measure_variant(cfg, job, index: int, work: Path, train, held_out, changes: 
                     base: dict) -> dict:  # fmt: skip
     """One variant's merged SFT (the demo's settings with ``changes``) measured against
     ``base`` (the chain's pretrained row), and its style shares on 3 seeds."""
-    import torch
-
     from krea2.curate.shapes import concept_scene, eval_prompt, shapes_eval
-    from krea2.infra import CheckpointManager
     from krea2.infra.atomic import cached_array
     from krea2.pipeline import sft_merge
+    from krea2.pipeline.chain import adopt_merge
     from krea2.pipeline.evaluation import paired_delta
-    from krea2.trainer import (
-        Trainer,
-        average,
-        export_adapter,
-        link_finished,
-        load_stage_module,
-        sample_module,
-        stage_root,
-        task_arithmetic,
-        ties_merge,
-    )
+    from krea2.trainer import load_stage_module, sample_module
 
     s = replace(sft_merge.demo_settings(cfg), **changes)
     work.mkdir(parents=True, exist_ok=True)
-    files = []
-    for n, domain in enumerate(sft_merge.DOMAINS):
-        out = work / f"sft-{domain}.safetensors"
-        if not out.is_file():
-            side = job.stages[index].resolution
-            data = sft_merge.write_domain_shards(work / f"data-{domain}", train, domain, side,
-                                                 s.copies, n, s.batch_size, s.own_factor,
-                                                 s.unowned_factor)  # fmt: skip
-            sft = sft_merge.sft_job(job, index, domain, data, s, work / f"run-{domain}")
-            link_finished(job, index, sft.run_dir)
-            Trainer(sft, resume=True).run()
-            last = len(sft.stages) - 1
-            root = CheckpointManager(stage_root(sft, sft.stages[last]))
-            export_adapter(sft, last, root.path_of(root.latest_step()), out, "krea-merged")
-        files.append(out)
-    base_dir = CheckpointManager(stage_root(job, job.stages[index]))
-    base_dir = base_dir.path_of(base_dir.latest_step())
-    merged = {
-        "uniform": lambda: average(files),
-        "weighted": lambda: average(files, [s.weight_a, 1 - s.weight_a]),
-        "ties": lambda: ties_merge(base_dir, files, density=s.density),
-        "task": lambda: task_arithmetic(base_dir, files),
-    }[s.chain_merge]()
+    files = sft_merge.domain_sfts(job, index, work, train, s)
+    # the merge the chain takes, adopted as a stage as the demo does
+    job = adopt_merge(job, index, work, s, files)
+    index = len(job.stages) - 1
     module = load_stage_module(job, index)
-    module.dit.load_state_dict({k: v.to(torch.float32) for k, v in merged.items()})
     ev = cfg.eval
     prompts = [eval_prompt(c) for c in held_out]
     scenes = [concept_scene(c) for c in held_out]

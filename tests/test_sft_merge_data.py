@@ -68,6 +68,9 @@ def test_domain_set_restyles_only_its_own_content(tmp_path: Path) -> None:
             assert seen in sft_merge.REPLAY_STYLES and seen in caps["medium"]
 
 
+SHAPES = ("circle", "square", "triangle")
+
+
 def test_unowned_factor_multiplies_only_the_shapes_no_domain_owns(tmp_path: Path) -> None:
     train = list(split_concepts(0).train)[::6]
     shared = {shape for shape, _ in sft_merge.DOMAINS.values()}
@@ -75,7 +78,7 @@ def test_unowned_factor_multiplies_only_the_shapes_no_domain_owns(tmp_path: Path
     def shapes_written(root: Path) -> dict[str, int]:
         rows = [r for f in sorted(root.rglob("*.parquet")) for r in pq.read_table(f).to_pylist()]
         shorts = [next(c["text"] for c in r["captions"] if c["format"] == "short") for r in rows]
-        return {shape: sum(shape in s for s in shorts) for shape in ("circle", "square", "triangle")}
+        return {shape: sum(shape in s for s in shorts) for shape in SHAPES}
 
     # batch 1: every scene is written, so the counts are exact
     once = shapes_written(sft_merge.write_domain_shards(tmp_path / "1", train, "B", 32, 2, 0, 1))

@@ -202,7 +202,7 @@ class StyleStageSettings:
 # What the full recipe reaches, said next to a smoke run's scores (README, docs/benchmarks.md).
 FULL_DEMO_RESULT = (
     "the full demo (`krea2 demo`, 760 + 560 pretraining steps, 20-30 minutes on 2 cores) "
-    "reaches ShapesEval 0.64-0.66 with CFG 3 after pretraining and 0.66-0.76 without CFG "
+    "reaches ShapesEval 0.64-0.70 with CFG 3 after pretraining and 0.66-0.76 without CFG "
     "for raw, the chain's end (README), against 0.13 for the untrained model"
 )
 

@@ -178,6 +178,32 @@ def style_prompts(train: list[Concept], domain: str, most: int) -> list[str]:
     return [content_prompt(c) for c in owned[:: max(1, len(owned) // most)][:most]]
 
 
+def domain_sfts(job: JobConfig, index: int, work: Path, train: list[Concept],
+                s: SftMergeSettings) -> list[Path]:  # fmt: skip
+    """One LoRA SFT of stage ``index`` of ``job`` (finished) per domain of :data:`DOMAINS`,
+    each merged into its base: ``work/sft-{domain}.safetensors`` in :data:`DOMAINS` order.
+    A finished file is kept; a run under ``work/run-{domain}`` resumes."""
+    from krea2.infra import CheckpointManager
+    from krea2.trainer import Trainer, export_adapter, link_finished, stage_root
+
+    side = job.stages[index].resolution
+    files = []
+    for n, domain in enumerate(DOMAINS):
+        out = work / f"sft-{domain}.safetensors"
+        if not out.is_file():
+            data = write_domain_shards(work / f"data-{domain}", train, domain, side, s.copies,
+                                       n, s.batch_size, s.own_factor, s.unowned_factor)  # fmt: skip
+            sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
+            link_finished(job, index, sft.run_dir)
+            Trainer(sft, resume=True).run()
+            last = len(sft.stages) - 1
+            root = CheckpointManager(stage_root(sft, sft.stages[last]))
+            # the adapter merged into its base (the continued stage): the domain's model
+            export_adapter(sft, last, root.path_of(root.latest_step()), out, "krea-merged")
+        files.append(out)
+    return files
+
+
 def run_sft_merge(
     job: JobConfig,
     index: int,
@@ -197,10 +223,7 @@ def run_sft_merge(
     from krea2.curate.shapes import concept_scene, eval_prompt, shapes_eval
     from krea2.infra import CheckpointManager
     from krea2.trainer import (
-        Trainer,
         average,
-        export_adapter,
-        link_finished,
         load_stage_module,
         sample_module,
         stage_root,
@@ -216,31 +239,9 @@ def run_sft_merge(
         raise FileNotFoundError(f"the base stage has no checkpoint under {base_root.root}")
     base_dir = base_root.path_of(base_step)
     weights = {"base": average([base_dir])}
-    side = job.stages[index].resolution
     module = load_stage_module(job, index)  # the base's text conditioning for every model
-    merged_files = []
-    for n, domain in enumerate(DOMAINS):
-        out = work / f"sft-{domain}.safetensors"
-        if not out.is_file():
-            data = write_domain_shards(
-                work / f"data-{domain}",
-                train,
-                domain,
-                side,
-                s.copies,
-                n,
-                s.batch_size,
-                s.own_factor,
-                s.unowned_factor,
-            )
-            sft = sft_job(job, index, domain, data, s, work / f"run-{domain}")
-            link_finished(job, index, sft.run_dir)
-            Trainer(sft, resume=True).run()
-            last = len(sft.stages) - 1
-            root = CheckpointManager(stage_root(sft, sft.stages[last]))
-            # the adapter merged into its base (the continued stage): the domain's model
-            export_adapter(sft, last, root.path_of(root.latest_step()), out, "krea-merged")
-        merged_files.append(out)
+    merged_files = domain_sfts(job, index, work, train, s)
+    for domain, out in zip(DOMAINS, merged_files, strict=True):
         weights[f"SFT {domain} ({DOMAINS[domain][1]})"] = average([out])
     weights["uniform merge"] = average(merged_files)
     wa = s.weight_a
