@@ -62,11 +62,11 @@ def measure_variant(cfg, job, index: int, work: Path, train, held_out, changes: 
     prompts = [eval_prompt(c) for c in held_out]
     scenes = [concept_scene(c) for c in held_out]
     row: dict = {"variant": changes}
-    for d, (_, style) in sft_merge.DOMAINS.items():
-        styles = sft_merge.style_prompts(train, d, s.style_prompts)
+    for domain, (_, style) in sft_merge.DOMAINS.items():
+        styles = sft_merge.style_prompts(train, domain, s.style_prompts)
         imgs = sample_module(job, index, module, styles, list(ev.seeds[:3]), ev.steps, ev.cfg)
         seen = [sft_merge.background_style(im) for per_prompt in imgs for im in per_prompt]
-        row[f"style_{d}"] = sum(x == style for x in seen) / len(seen)
+        row[f"style_{domain}"] = sum(x == style for x in seen) / len(seen)
     for key, scale in (("cfg", ev.cfg), ("no_cfg", 0.0)):
         images = cached_array(work / f"{key}.npy", lambda scale=scale: sample_module(
             job, index, module, prompts, list(ev.seeds), ev.steps, scale))  # fmt: skip

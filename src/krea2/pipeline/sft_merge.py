@@ -117,9 +117,10 @@ def write_domain_shards(
     scenes = [(c, DOMAINS[domain][1]) for c in owned for _ in range(own_factor * copies)]
     # A shape no domain owns is only replay in both sets; unowned_factor > 1 keeps its share
     # nearer pretraining's (docs/design/demo.md, "Where the SFT step loses with CFG").
-    shared = {shape for shape, _ in DOMAINS.values()}
+    owned_shapes = {shape for shape, _ in DOMAINS.values()}  # by one domain or the other
+    replays = {c: copies * (1 if c[1] in owned_shapes else unowned_factor) for c in train}
     scenes += [(c, str(rng.choice(REPLAY_STYLES))) for c in train if c not in owned
-               for _ in range(copies * (1 if c[1] in shared else unowned_factor))]  # fmt: skip
+               for _ in range(replays[c])]  # fmt: skip
     samples = []
     for i, (concept, bg) in enumerate(scenes):
         jitter = tuple(float(x) for x in rng.uniform(-0.3, 0.3, 2))

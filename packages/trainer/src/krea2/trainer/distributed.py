@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+@functools.cache  # the CPU does not change under a process; cpuinfo is one line per core
 def _cpuinfo_field(name: str) -> str:
     """The first ``name : value`` line's value in /proc/cpuinfo ("" where there is none)."""
     try:
