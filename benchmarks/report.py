@@ -18,6 +18,24 @@ HEADER = (
 )
 
 
+def parse_settings(text: str) -> dict[str, Any]:
+    """``"key=value;key=value"`` -> settings to change: each value JSON (numbers,
+    true/false/null, lists, objects), anything else a string."""
+    out: dict[str, Any] = {}
+    for item in filter(None, text.split(";")):
+        key, _, value = item.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def settings_text(changes: dict[str, Any]) -> str:
+    """:func:`parse_settings`' inverse: the text that parses back to ``changes``."""
+    return ";".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in changes.items())
+
+
 def machine() -> str:
     import os
 

@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.report import table, write_results
+from benchmarks.report import parse_settings, table, write_results
 
 # The budget the proof ran with on 2 shared cores (docs/rl.md, "Proof of RL without CFG").
 DEFAULTS = {
@@ -38,14 +38,7 @@ DEFAULTS = {
 def parse_variant(text: str) -> tuple[str, dict]:
     """``NAME`` (objective = NAME) or ``NAME:key=value;key=value``."""
     name, _, rest = text.partition(":")
-    kw: dict = {} if rest else {"objective": name}
-    for item in filter(None, rest.split(";")):
-        key, _, value = item.partition("=")
-        try:  # numbers, true/false/null, lists; anything else is a string
-            kw[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kw[key] = value
-    return name, kw
+    return name, parse_settings(rest) if rest else {"objective": name}
 
 
 def variant_settings(common: dict, kw: dict):
@@ -118,7 +111,7 @@ def main() -> None:
     split, held = evaluation.demo_concepts(cfg)
     common = dict(DEFAULTS)
     for item in args.sets:
-        common.update(parse_variant(f"x:{item}")[1])
+        common.update(parse_settings(item))
     results, partials = {}, {}
     t0 = time.perf_counter()
     for text in args.variants.split(","):

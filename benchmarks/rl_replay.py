@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict
@@ -27,28 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import table, write_results
-
-
-def parse_variant(text: str) -> dict:
-    """``"steps=150;lr=2e-3"`` -> the settings to change (JSON values, else strings)."""
-    out: dict = {}
-    for item in filter(None, text.split(";")):
-        key, _, value = item.partition("=")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
-def variant_text(changes: dict) -> str:
-    """The ``--variants`` text of ``changes`` (:func:`parse_variant`'s inverse)."""
-    return ";".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in changes.items())
+from benchmarks.report import parse_settings, settings_text, table, write_results
 
 
 def variant_name(changes: dict) -> str:
-    return "-".join(f"{k}{v}" for k, v in changes.items()) or "recipe"
+    """The run directory's name: the settings' text, safe as a file name."""
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", settings_text(changes)) or "recipe"
 
 
 def run_variant(cfg, demo: Path, work: Path, changes: dict, base: dict) -> dict:
@@ -70,7 +55,7 @@ def run_variant(cfg, demo: Path, work: Path, changes: dict, base: dict) -> dict:
     result = rl_stage(
         job, index, work, [eval_prompt(c) for c in split.train],
         [eval_prompt(c) for c in held_out], [concept_scene(c) for c in held_out], s,
-        name=name,
+        name=name, start_samples={k: Path(base["po"][k]["samples"]) for k in ("cfg", "no_cfg")},
     )  # fmt: skip
     seconds = time.perf_counter() - t0
     tuned = np.load(result["tuned"]["no_cfg"]["samples"])
@@ -113,7 +98,7 @@ def main() -> None:
         old = json.loads(saved.read_text())["rows"] if saved.is_file() else []
         rows = {r["name"]: r for r in old}
         for text in args.variants:
-            row = run_variant(cfg, args.demo, args.work, parse_variant(text), base)
+            row = run_variant(cfg, args.demo, args.work, parse_settings(text), base)
             rows[row["name"]] = row
             print(json.dumps(row), flush=True)
             args.work.mkdir(parents=True, exist_ok=True)
@@ -129,7 +114,7 @@ def main() -> None:
     headers = ["RL settings", "ShapesEval, no CFG", "vs pretrained CFG", "vs PO no CFG",
                "all correct", "background noise", "held-out curve (1 seed)",
                "RL seconds"]  # fmt: skip
-    body = [[variant_text(r["changes"]).replace(";", ", ") or "the recipe",
+    body = [[settings_text(r["changes"]).replace(";", ", ") or "the recipe",
              f"{r['shapes_eval']:.3f}", delta(r["vs_pretrained_cfg"]), delta(r["vs_po"]),
              f"{r['all_correct']:.3f}", f"{r['bg_noise']:.2f}" if r["bg_noise"] else "",
              " ".join(f"{v:.2f}" for _, v in r["curve"]),
@@ -149,7 +134,7 @@ def main() -> None:
         table(headers, body),
         "",
         "Command: `uv run --no-sync python -m benchmarks.rl_replay --demo DIR --variants "
-        + " ".join(f"'{variant_text(r['changes'])}'" for r in result["rows"]) + "`.",
+        + " ".join(f"'{settings_text(r['changes'])}'" for r in result["rows"]) + "`.",
     ])  # fmt: skip
     write_results("rl_replay", {"result": result}, md)
     print(md)
