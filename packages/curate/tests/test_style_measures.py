@@ -176,3 +176,27 @@ def test_bad_images_are_refused_with_a_clear_error(bad):
             call()
     with pytest.raises(ValueError, match="ref_pixels"):
         shapes.style_similarity(good, bad)
+
+
+def test_a_reference_read_once_scores_as_its_pixels_do():
+    rng = np.random.default_rng(3)
+    styles = [
+        StyleSpec("gradient", "teal", "navy", object_style="outlined"),
+        StyleSpec("texture", "maroon"),
+    ]
+    for style in styles:
+        ref = _styled(rng, style, 64)
+        reading = shapes.read_style(ref)
+        for _ in range(4):
+            sample = _mild(_styled(rng, styles[rng.integers(2)], 64), rng)
+            assert shapes.style_similarity(sample, reading) == shapes.style_similarity(sample, ref)
+
+
+def test_chance_layouts_are_drawn_once_and_alike():
+    from krea2.curate.shapes.leakage import CHANCE_LAYOUTS, chance_layouts
+
+    a = chance_layouts(0, 2, 64, 48)
+    assert a.shape == (CHANCE_LAYOUTS, 48, 64) and a.dtype == bool and not a.flags.writeable
+    assert chance_layouts(0, 2, 64, 48) is a  # cached
+    assert not np.array_equal(chance_layouts(1, 2, 64, 48), a)
+    assert chance_layouts(0, 0, 64, 48).shape == (0, 48, 64)

@@ -94,14 +94,15 @@ class Sampler:
 def per_image_measures(images: np.ndarray, cases: list[StyleCase], csd: Any) -> dict:
     """Per-image [P][S] lists: ``similarity``, ``csd`` (cosine with the reference's toy-CSD
     embedding), ``leaked`` (0/1), ``layout`` (reference IoU − chance), ``content``."""
-    from krea2.curate.shapes import leakage, shapes_eval, style_similarity
+    from krea2.curate.shapes import leakage, read_style, shapes_eval, style_similarity
 
     side = images.shape[2]
     refs = np.stack([c.reference_pixels(side) for c in cases])
     ref_emb = csd.embed(refs)
     out: dict[str, list] = {k: [] for k in ("similarity", "csd", "leaked", "layout")}
     for case, row, ref, emb in zip(cases, images, refs, ref_emb, strict=True):
-        scores = [style_similarity(img, ref) for img in row]
+        ref_style = read_style(ref)  # once per case, not once per sample
+        scores = [style_similarity(img, ref_style) for img in row]
         leaks = [leakage(img, case.reference, case.target) for img in row]
         out["similarity"].append([x.similarity for x in scores])
         out["csd"].append([float(e @ emb) for e in csd.embed(row)])

@@ -57,11 +57,13 @@ from krea2.curate.shapes.spec import (
 )
 from krea2.curate.shapes.style_measures import (
     BackgroundReading,
+    StyleReading,
     StyleScore,
     background_pixels,
     classify_background,
     object_style_of,
     read_background,
+    read_style,
     style_similarity,
 )
 from krea2.curate.shapes.styles import (
@@ -138,6 +140,7 @@ __all__ = [
     "Scene",
     "ShapeObject",
     "ShapesEvalScore",
+    "StyleReading",
     "StyleScore",
     "StyleSpec",
     "Verification",
@@ -159,6 +162,7 @@ __all__ = [
     "one_object_scenes",
     "parse_prompt",
     "read_background",
+    "read_style",
     "render",
     "sample_scene",
     "sample_style",

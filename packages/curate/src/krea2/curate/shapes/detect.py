@@ -99,13 +99,48 @@ def _coverage(pixels: np.ndarray, inside: np.ndarray, color: np.ndarray) -> np.n
 
 def color_labels(pixels: np.ndarray, max_distance: float = COLOR_DISTANCE) -> np.ndarray:
     """(h, w) int: index into ``COLORS`` of each pixel's nearest palette colour, −1 if none is
-    within ``max_distance``."""
+    within ``max_distance`` (ties: the first colour in ``COLORS``)."""
+    px = np.asarray(pixels)
+    if px.dtype != np.uint8:  # the table covers uint8 RGB; anything else is measured
+        return _nearest_colors(px.reshape(-1, 3), max_distance).reshape(px.shape[:2])
+    rgb = px.reshape(-1, 3).astype(np.int32)
+    keys = (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
+    return _label_table(float(max_distance))[keys].astype(np.intp).reshape(px.shape[:2])
+
+
+def _nearest_colors(rgb: np.ndarray, max_distance: float) -> np.ndarray:
+    """(n,) int: ``color_labels`` of (n, 3) RGB values, by measuring every distance."""
     palette = np.asarray(list(COLORS.values()), np.int32)  # (k, 3)
-    px = pixels.reshape(-1, 1, 3).astype(np.int32)
-    dist2 = ((px - palette[None]) ** 2).sum(axis=2)  # (n, k) squared distances
+    dist2 = ((rgb.astype(np.int32)[:, None] - palette[None]) ** 2).sum(axis=2)  # (n, k)
     nearest = dist2.argmin(axis=1)
     nearest[dist2.min(axis=1) > max_distance**2] = -1
-    return nearest.reshape(pixels.shape[:2])
+    return nearest
+
+
+@cache
+def _label_table(max_distance: float) -> np.ndarray:
+    """int8 [2^24]: ``color_labels`` of every uint8 RGB colour, indexed by r << 16 | g << 8
+    | b. Scoring reads every pixel of thousands of samples (ShapesEval, the RL rewards, the
+    style measures); a lookup is ~40x faster than measuring 8 distances per pixel. Filled
+    colour by colour over the cube around each within ``max_distance``, a strict ``<``
+    keeping the first of equally near colours as ``argmin`` does (~0.2 s once per process
+    at the default distance)."""
+    table = np.full((256, 256, 256), -1, np.int8)
+    best = np.full((256, 256, 256), np.iinfo(np.int32).max, np.int32)
+    reach = int(np.floor(abs(max_distance)))  # d^2 <= max_distance^2 within this box
+    for k, color in enumerate(COLORS.values()):
+        lo = [max(0, int(c) - reach) for c in color]
+        hi = [min(255, int(c) + reach) + 1 for c in color]
+        axes = [
+            (np.arange(a, b, dtype=np.int32) - int(c)) ** 2
+            for a, b, c in zip(lo, hi, color, strict=True)
+        ]
+        dist2 = axes[0][:, None, None] + axes[1][None, :, None] + axes[2][None, None, :]
+        box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+        nearer = (dist2 <= max_distance**2) & (dist2 < best[box])
+        best[box][nearer] = dist2[nearer]
+        table[box][nearer] = k
+    return table.reshape(-1)
 
 
 def fill_holes(mask: np.ndarray, min_share: float = 0.0) -> np.ndarray:

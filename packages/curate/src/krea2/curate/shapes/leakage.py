@@ -11,6 +11,7 @@ with the prompt's layout and with random layouts of as many objects (chance).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -47,6 +48,22 @@ def iou(a: np.ndarray, b: np.ndarray) -> float:
     """Intersection over union of two bool masks of one shape (1.0 when both are empty)."""
     union = int(np.logical_or(a, b).sum())
     return float(np.logical_and(a, b).sum()) / union if union else 1.0
+
+
+@cache
+def chance_layouts(seed: int, objects: int, width: int, height: int) -> np.ndarray:
+    """bool [CHANCE_LAYOUTS, height, width] (read-only; none for 0 objects): the occupancy
+    of ``CHANCE_LAYOUTS`` random scenes of ``objects`` objects drawn in turn from one
+    generator seeded ``seed``. Made once per (seed, objects, size), not per scored image."""
+    rng = np.random.default_rng(seed)
+    n = objects
+    masks = [
+        scene_occupancy(sample_scene(rng, min_objects=n, max_objects=n), width, height)
+        for _ in range(CHANCE_LAYOUTS if n else 0)
+    ]
+    out = np.stack(masks) if masks else np.zeros((0, height, width), bool)
+    out.flags.writeable = False
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,12 +119,7 @@ def leakage(
         (r.requirement.color or "", r.requirement.shape or "") for r in found if r.passed
     )
     occupied = detected_occupancy(objects, w, h)
-    rng = np.random.default_rng(seed)
-    n = len(reference_scene.objects)
-    chance = [
-        iou(occupied, scene_occupancy(sample_scene(rng, min_objects=n, max_objects=n), w, h))
-        for _ in range(CHANCE_LAYOUTS if n else 0)
-    ]
+    chance = [iou(occupied, m) for m in chance_layouts(seed, len(reference_scene.objects), w, h)]
     return LeakageScore(
         leaked,
         candidates,

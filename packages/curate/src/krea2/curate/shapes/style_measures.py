@@ -185,25 +185,47 @@ class StyleScore:
         return self.object_style == self.ref_object_style
 
 
-def style_similarity(pixels: np.ndarray, ref_pixels: np.ndarray) -> StyleScore:
-    """The ``StyleScore`` of (h, w, 3) uint8 ``pixels`` against the reference (h', w', 3)
-    uint8 ``ref_pixels`` (any sizes: every colour is a mean or a plane end)."""
+@dataclass(frozen=True)
+class StyleReading:
+    """What ``style_similarity`` reads of one image: its background and the majority
+    object style (``None``: no object). Read a reference once (``read_style``) and compare
+    many samples with it."""
+
+    background: BackgroundReading
+    object_style: str | None
+
+
+def read_style(pixels: np.ndarray) -> StyleReading:
+    """The ``StyleReading`` of (h, w, 3) uint8 ``pixels``."""
     check_image(pixels)
-    check_image(ref_pixels, "ref_pixels")
-    out, ref = read_background(pixels), read_background(ref_pixels)
-    match = out.kind == ref.kind and (out.kind != "gradient" or out.direction == ref.direction)
+    return StyleReading(read_background(pixels), _majority(object_style_of(pixels)))
+
+
+def style_similarity(pixels: np.ndarray, ref_pixels: np.ndarray | StyleReading) -> StyleScore:
+    """The ``StyleScore`` of (h, w, 3) uint8 ``pixels`` against the reference (h', w', 3)
+    uint8 ``ref_pixels`` (any sizes: every colour is a mean or a plane end), or against its
+    ``read_style`` reading."""
+    check_image(pixels)
+    if not isinstance(ref_pixels, StyleReading):
+        check_image(ref_pixels, "ref_pixels")
+    read = read_background(pixels)
+    ref = ref_pixels if isinstance(ref_pixels, StyleReading) else read_style(ref_pixels)
+    out, ref_bg = read, ref.background
+    match = out.kind == ref_bg.kind and (
+        out.kind != "gradient" or out.direction == ref_bg.direction
+    )
     if match and out.kind == "gradient":
-        ends = [(out.start, ref.start), (out.end, ref.end)]
+        ends = [(out.start, ref_bg.start), (out.end, ref_bg.end)]
         distance = float(np.mean([np.linalg.norm(np.subtract(p, q)) for p, q in ends]))
     else:
-        distance = float(np.linalg.norm(np.subtract(out.mean, ref.mean)))
+        distance = float(np.linalg.norm(np.subtract(out.mean, ref_bg.mean)))
     similarity = 0.5 * float(match) + 0.5 * float(np.exp(-distance / SIMILARITY_SCALE))
     return StyleScore(
         out.kind,
-        ref.kind,
+        ref_bg.kind,
         match,
         distance,
         similarity,
         _majority(object_style_of(pixels)),
-        _majority(object_style_of(ref_pixels)),
+        ref.object_style,
     )
