@@ -190,3 +190,27 @@ warmup_steps = 0
     torch.testing.assert_close(v_high, up, rtol=1e-4, atol=1e-4)
     images = sample_stage(job, 1, captions, [0], steps=2, cfg_scale=2.0)
     assert images.shape == (2, 1, 64, 64, 3)
+
+
+def test_seeds_sharing_a_forward_sample_the_images_of_one_seed_at_a_time(write_job, monkeypatch):
+    from krea2.infra.config import load_config
+    from krea2.trainer import evaluate
+    from krea2.trainer.config import JobConfig
+    from krea2.trainer.inference import sample_stage
+
+    assert evaluate.seeds_per_forward(56, 64, 8) == 8  # the toy's eval: all seeds at once
+    assert evaluate.seeds_per_forward(56, 4096, 8) == 1  # 1024 px: one seed, as before
+    assert evaluate.seeds_per_forward(10**6, 10**6, 3) == 1
+    path = write_job("chunks", steps=2)
+    run_job(path, [], resume=False)
+    job = load_config(JobConfig, path, [])
+    prompts = ["a red square in the center", "a blue circle in the top left"]
+    calls: list[int] = []
+    together = sample_stage(job, 0, prompts, [0, 1, 2], 3, 2.0, on_step=lambda: calls.append(1))
+    assert len(calls) == 3 * 3  # on_step still follows each seed's Euler steps
+    monkeypatch.setattr(evaluate, "SAMPLE_TOKENS_PER_FORWARD", 1)
+    alone = sample_stage(job, 0, prompts, [0, 1, 2], 3, 2.0)
+    assert together.shape == alone.shape == (2, 3, 32, 32, 3)
+    # the same pixels up to the last bit of a matmul blocked for another batch size
+    assert np.abs(together.astype(int) - alone).max() <= 2
+    assert (together == alone).mean() > 0.99

@@ -73,6 +73,20 @@ def eval_loss(
     return float(total[0] / total[1].clamp_min(1e-12))
 
 
+# Sampling stacks several seeds' rows in one forward up to this many image tokens: the toy
+# DiT samples ~30 % faster at 112-224 rows than at 28, and each row's image does not depend
+# on its batch (seeded noise per row; checked pixel for pixel in the tests). A large image
+# (4,096 tokens at 1024 px) keeps one seed per forward, as before.
+SAMPLE_TOKENS_PER_FORWARD = 32_768
+
+
+def seeds_per_forward(rows_per_seed: int, tokens: int, n_seeds: int) -> int:
+    """How many seeds' rows (``rows_per_seed`` each, CFG's negatives included, of
+    ``tokens`` image tokens) one forward takes: at least 1, at most ``n_seeds``."""
+    fit = SAMPLE_TOKENS_PER_FORWARD // max(1, rows_per_seed * tokens)
+    return max(1, min(n_seeds, fit))
+
+
 @torch.no_grad()
 def sample_grid(
     module: TrainModule,
@@ -92,7 +106,8 @@ def sample_grid(
     ``on_step()`` is called after each of the ``steps * len(seeds)`` Euler steps.
     ``style``: (reference latents [P or 1, R, C, h, w], strengths [P or 1, R]) for the
     module's style module, per prompt (or one set for all); with CFG both halves see them,
-    so guidance amplifies the prompt, not the reference.
+    so guidance amplifies the prompt, not the reference. Several seeds share a forward
+    (:func:`seeds_per_forward`); an image is the same whichever others share it.
     """
     from krea2.dit import flow
     from krea2.dit.pixel_ae import to_uint8
@@ -105,38 +120,57 @@ def sample_grid(
     w, h = size
     f = ae.spatial_factor
     shape = (ae.latent_channels, h // f, w // f)
-    # With CFG the rows [prompts; negatives] go through one forward (see with_cfg).
-    captions = [*prompts, *[""] * len(prompts)] if cfg_scale != 0 else list(prompts)
+    copies = 2 if cfg_scale != 0 else 1  # with CFG: rows [prompts; negatives] (with_cfg)
+    tokens = (h // f // module.dit.cfg.patch) * (w // f // module.dit.cfg.patch)
+    per_forward = seeds_per_forward(copies * len(prompts), tokens, len(seeds))
 
-    extra = {}
+    refs = strengths = None
     if style is not None:
+        if module.style is None:
+            raise UserError("style references given to a module without a style module")
         refs, strengths = (v.to(device) for v in style)
         refs = refs.to(dtype).expand(len(prompts), *refs.shape[1:])
         strengths = strengths.float().expand(len(prompts), strengths.shape[-1])
-        copies = 2 if cfg_scale != 0 else 1
-        if module.style is None:
-            raise UserError("style references given to a module without a style module")
-        # the tokens do not depend on t: made once here, not by every step's forward
-        with torch.no_grad():
-            tokens = module.style(torch.cat([refs] * copies), torch.cat([strengths] * copies))
-        extra = {"style_tokens": tokens}
 
-    def module_velocity(x, t):  # the module encodes its captions itself
-        return module(x, t, captions, None, **extra)[0]
+    def velocity_for(k: int):
+        """The velocity of ``k`` seeds' rows: the prompts repeated k times (then as many
+        negatives with CFG), style tokens made once for them (they do not depend on t)."""
+        rows = list(prompts) * k
+        captions = [*rows, *[""] * len(rows)] if cfg_scale != 0 else rows
+        extra = {}
+        if refs is not None:
+            r = torch.cat([refs] * (k * copies))
+            s = torch.cat([strengths] * (k * copies))
+            extra = {"style_tokens": module.style(r, s)}
 
-    velocity = with_cfg(module_velocity, cfg_scale) if cfg_scale != 0 else module_velocity
-    rows = []
-    for seed in seeds:
-        noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
+        def module_velocity(x, t):  # the module encodes its captions itself
+            return module(x, t, captions, None, **extra)[0]
+
+        return with_cfg(module_velocity, cfg_scale) if cfg_scale != 0 else module_velocity
+
+    velocities: dict[int, Callable] = {}
+    per_seed = []
+    for first in range(0, len(seeds), per_forward):
+        chunk = seeds[first : first + per_forward]
+        k = len(chunk)
+        if k not in velocities:
+            velocities[k] = velocity_for(k)
+        noise = seeded_noise([s for s in chunk for _ in prompts], shape).to(device, dtype)
+
+        def each_seed(_i, _x, k=k):
+            for _ in range(k):
+                on_step()
+
         x0 = euler_sample(
-            velocity,
+            velocities[k],
             noise,
             flow.sampling_times(steps, mu),
-            on_step=None if on_step is None else lambda _i, _x: on_step(),
+            on_step=None if on_step is None else each_seed,
         )
-        rows.append(to_uint8(ae.decode(x0.float())).numpy())
+        images = to_uint8(ae.decode(x0.float())).numpy()
+        per_seed += list(images.reshape(k, len(prompts), *images.shape[1:]))
     module.train(was_training)
-    return np.stack(rows, axis=1)
+    return np.stack(per_seed, axis=1)
 
 
 def save_grid(images: np.ndarray, prompts: list[str], path: Path, info: dict | None = None) -> Path:

@@ -153,34 +153,12 @@ def measure(images: np.ndarray, prompts: Sequence[str], targets: Sequence, rewar
 def make_eval_hook(job: JobConfig, stage_index: int, prompts, targets, rewards, s: RlStageSettings):
     """The objective's held-out measure: no-CFG samples of ``prompts`` x ``s.curve_seeds``
     (the noise of ``krea2.trainer.sample_stage``, so step 0 equals the pretrained eval)."""
-    import torch
-
-    from krea2.dit import euler_sample, flow, seeded_noise, to_uint8
-    from krea2.rl.online.objective import autoencoder_of
-    from krea2.trainer import stage_mu
-
-    stage = job.stages[stage_index]
-    box: dict = {}
+    from krea2.trainer import sample_module
 
     def evaluate(module, step: int) -> dict:
-        device = next(module.parameters()).device
-        if "ae" not in box:
-            box["ae"] = autoencoder_of(job, device)
-        ae = box["ae"]
-        dtype = next(module.dit.parameters()).dtype
-        side = stage.resolution
-        f = ae.spatial_factor
-        shape = (ae.latent_channels, side // f, side // f)
-        tokens = (side // (f * module.dit.cfg.patch)) ** 2
-        times = flow.sampling_times(s.eval_steps, stage_mu(stage.time_shift, tokens))
-        module.eval()
-        rows = []
-        for seed in s.curve_seeds:
-            noise = seeded_noise([seed] * len(prompts), shape).to(device, dtype)
-            x0 = euler_sample(lambda x, t: module(x, t, list(prompts))[0], noise, times)
-            with torch.no_grad():
-                rows.append(to_uint8(ae.decode(x0.float())).numpy())
-        m = measure(np.stack(rows, axis=1), prompts, targets, rewards)
+        images = sample_module(job, stage_index, module, list(prompts), list(s.curve_seeds),
+                               s.eval_steps, 0.0)  # fmt: skip
+        m = measure(images, prompts, targets, rewards)
         return {"shapes": m["shapes_eval"], "all_correct": m["all_correct"],
                 "artifact": m["artifact"], "bg_noise": m["bg_noise"]}  # fmt: skip
 
