@@ -25,7 +25,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import table, write_results
+from benchmarks.report import parse_settings, table, write_results
 
 VARIANTS = [
     "tdm-seed0:seed=0",
@@ -43,19 +43,19 @@ CHECKS = ("quality", "beats_fewer_teacher_steps", "guidance_distilled", "no_coll
 def parse_variant(text: str, base: Any) -> tuple[str, Any, int | None]:
     """``NAME:key=value,...`` -> (NAME, ``base`` changed, the seed or None)."""
     name, _, body = text.partition(":")
-    top = {f.name: type(getattr(base, f.name)) for f in fields(base) if f.name != "tdm"}
+    top = {f.name: getattr(base, f.name) for f in fields(base) if f.name != "tdm"}
     inner = {f.name: getattr(base.tdm, f.name) for f in fields(base.tdm)}
     over, tdm, seed = {}, {}, None
-    for item in filter(None, body.split(",")):
-        key, _, value = item.partition("=")
+    # values as parse_settings reads them (JSON, else a string): fake_lr=3e-5 is a number
+    # also where the default is None
+    for key, value in parse_settings(body.replace(",", ";")).items():
         if key == "seed":
             seed = int(value)
-        elif key in top:
-            over[key] = top[key](float(value)) if top[key] in (int, float) else value
-        elif key in inner:
-            kind = type(inner[key])
-            tdm[key] = (value == "true") if kind is bool else (
-                kind(float(value)) if kind in (int, float) else value)  # fmt: skip
+        elif key in top or key in inner:
+            default = top[key] if key in top else inner[key]
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                value = type(default)(value)
+            (over if key in top else tdm)[key] = value
         else:
             raise SystemExit(f"variant {name!r}: {key!r} is not a [turbo] or [turbo.tdm] key")
     if "mode" in tdm and "fake_updates" not in tdm:
