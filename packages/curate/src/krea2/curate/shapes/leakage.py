@@ -56,10 +56,9 @@ def chance_layouts(seed: int, objects: int, width: int, height: int) -> np.ndarr
     of ``CHANCE_LAYOUTS`` random scenes of ``objects`` objects drawn in turn from one
     generator seeded ``seed``. Made once per (seed, objects, size), not per scored image."""
     rng = np.random.default_rng(seed)
-    n = objects
     masks = [
-        scene_occupancy(sample_scene(rng, min_objects=n, max_objects=n), width, height)
-        for _ in range(CHANCE_LAYOUTS if n else 0)
+        scene_occupancy(sample_scene(rng, min_objects=objects, max_objects=objects), width, height)
+        for _ in range(CHANCE_LAYOUTS if objects else 0)
     ]
     out = np.stack(masks) if masks else np.zeros((0, height, width), bool)
     out.flags.writeable = False

@@ -195,9 +195,9 @@ class StyleReading:
     object_style: str | None
 
 
-def read_style(pixels: np.ndarray) -> StyleReading:
-    """The ``StyleReading`` of (h, w, 3) uint8 ``pixels``."""
-    check_image(pixels)
+def read_style(pixels: np.ndarray, name: str = "pixels") -> StyleReading:
+    """The ``StyleReading`` of (h, w, 3) uint8 ``pixels`` (``name``: in the error)."""
+    check_image(pixels, name)
     return StyleReading(read_background(pixels), _majority(object_style_of(pixels)))
 
 
@@ -205,12 +205,11 @@ def style_similarity(pixels: np.ndarray, ref_pixels: np.ndarray | StyleReading) 
     """The ``StyleScore`` of (h, w, 3) uint8 ``pixels`` against the reference (h', w', 3)
     uint8 ``ref_pixels`` (any sizes: every colour is a mean or a plane end), or against its
     ``read_style`` reading."""
-    check_image(pixels)
-    if not isinstance(ref_pixels, StyleReading):
-        check_image(ref_pixels, "ref_pixels")
-    read = read_background(pixels)
-    ref = ref_pixels if isinstance(ref_pixels, StyleReading) else read_style(ref_pixels)
-    out, ref_bg = read, ref.background
+    own = read_style(pixels)
+    ref = (
+        ref_pixels if isinstance(ref_pixels, StyleReading) else read_style(ref_pixels, "ref_pixels")
+    )
+    out, ref_bg = own.background, ref.background
     match = out.kind == ref_bg.kind and (
         out.kind != "gradient" or out.direction == ref_bg.direction
     )
@@ -226,6 +225,6 @@ def style_similarity(pixels: np.ndarray, ref_pixels: np.ndarray | StyleReading) 
         match,
         distance,
         similarity,
-        _majority(object_style_of(pixels)),
+        own.object_style,
         ref.object_style,
     )
