@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from krea2.pipeline.config import StyleAlignSettings
-from krea2.pipeline.style_align import ALIGNED, aligned_job, candidate_pairs
+from krea2.pipeline.style_align import ALIGNED, aligned_job, candidate_pairs, pair_reward
 
 
 def test_a_pair_prefers_style_minus_leakage_and_never_trades_content_for_it():
@@ -24,6 +24,22 @@ def test_a_pair_prefers_style_minus_leakage_and_never_trades_content_for_it():
     # case 2: every gap is under min_gap, so no pair
     assert pairs == [(0, 0, 3), (1, 2, 0)]
     assert candidate_pairs(measures, min_gap=0.0)[2] == (2, 1, 0)
+
+
+def test_the_toy_csd_shares_the_ranking_by_its_weight():
+    measures = {  # 1 case x 3 samples: rule-based similarity and the CSD disagree
+        "similarity": [[0.6, 0.5, 0.4]],
+        "csd": [[0.1, 0.5, 0.9]],
+        "leaked": [[0, 0, 0]],
+        "content": [[1, 1, 1]],
+    }
+    assert candidate_pairs(measures, min_gap=0.1) == [(0, 0, 2)]  # csd_weight 0: not read
+    assert candidate_pairs(measures, min_gap=0.1, csd_weight=0.5) == [(0, 2, 0)]
+    reward = pair_reward(measures, csd_weight=0.5)
+    np.testing.assert_allclose(reward, [[0.35, 0.5, 0.65]])
+    assert candidate_pairs({k: v for k, v in measures.items() if k != "csd"}, 0.1) == [(0, 0, 2)]
+    with pytest.raises(ValueError, match="csd_weight"):
+        StyleAlignSettings(csd_weight=1.5)
 
 
 def test_the_aligned_stage_continues_the_style_stage_alone(tmp_path: Path):

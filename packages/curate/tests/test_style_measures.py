@@ -88,6 +88,8 @@ def test_style_score_combines_kind_and_colour_distance():
     score = shapes.style_similarity(other, ref)
     assert score.kind_match and score.distance > 50
     assert score.similarity == pytest.approx(0.5 + 0.5 * np.exp(-score.distance / 40))
+    assert score.similarity == pytest.approx(0.5 * score.kind_match + 0.5 * score.colour)
+    assert same.colour == 1.0 and 0 < score.colour < 0.5
     flipped = Background("gradient", "teal", "black", "vertical")
     grad = shapes.render(Scene(objects, Background("gradient", "black", "teal")), 64, 64)
     back = shapes.style_similarity(shapes.render(Scene(objects, flipped), 64, 64), grad)

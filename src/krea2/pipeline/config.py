@@ -122,10 +122,12 @@ class StyleAlignSettings:
     """Preference alignment of variant S (``[style.align]``;
     :mod:`krea2.pipeline.style_align`): S samples ``samples`` images (seeds ``seed``..) for
     each of ``cases`` training prompt x fresh-style reference cases; pairs are ranked by
-    style similarity − leakage with ShapesEval held (a winner leads by ``min_gap``), and
-    trained for ``steps`` steps of ``batch_size`` images (half as many pairs) at ``lr`` by
-    the preference objective ``preference`` (krea2.rl.preference.PreferenceConfig itself)
-    on the module alone. The candidates are sampled with ``sample_steps`` Euler steps (0:
+    style similarity − leakage with ShapesEval held (a winner leads by ``min_gap``), the
+    style similarity being (1 − ``csd_weight``) x the rule-based one (background kind and
+    colour) + ``csd_weight`` x the toy CSD's cosine with the reference, and trained for
+    ``steps`` steps of ``batch_size`` images (half as many pairs) at ``lr`` by the
+    preference objective ``preference`` (krea2.rl.preference.PreferenceConfig itself) on the
+    module alone. The candidates are sampled with ``sample_steps`` Euler steps (0:
     ``[eval]``'s). ``steps = 0``: no alignment."""
 
     steps: int = 0
@@ -134,6 +136,7 @@ class StyleAlignSettings:
     sample_steps: int = 0
     seed: int = 3000
     min_gap: float = 0.1
+    csd_weight: float = 0.0
     batch_size: int = 16
     lr: float = 3e-4
     preference: PreferenceConfig = field(default_factory=lambda: PreferenceConfig(beta=1000.0))
@@ -147,6 +150,8 @@ class StyleAlignSettings:
             raise ValueError(f"align: batch_size={self.batch_size} must be even (whole pairs)")
         if not self.lr > 0 or self.min_gap < 0:
             raise ValueError("align: lr must be positive and min_gap >= 0")
+        if not 0 <= self.csd_weight <= 1:
+            raise ValueError(f"align: csd_weight={self.csd_weight} must be in [0, 1]")
 
 
 @dataclass

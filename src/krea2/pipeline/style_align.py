@@ -4,12 +4,14 @@ training): STPO on the module's parameters alone, from variant S.
 S samples ``samples`` images for each of ``cases`` training cases (a training concept's
 content prompt with a reference of a fresh style, drawn from the recipe's ``seed``); each
 image is scored by style similarity to its reference minus leakage (1 when it shows an
-object of the reference), with ShapesEval held: a pair's winner has the case's best
-content score, its loser a content score no better, and the winner leads by at least
-``min_gap`` of reward. The pairs (with the reference both images were sampled with, the
-shards' ``reference`` column) train stage ``style-po`` after S's stage in S's own run: the
-trainer's ``stpo`` objective with ``style_from`` (only the module trains, the base stays
-raw; the frozen reference policy is S). Everything is kept under ``work``.
+object of the reference), the style similarity weighing the rule-based one (background kind
+and colour) and the toy CSD's cosine by ``csd_weight``, with ShapesEval held: a pair's
+winner has the case's best content score, its loser a content score no better, and the
+winner leads by at least ``min_gap`` of reward. The pairs (with the reference both images
+were sampled with, the shards' ``reference`` column) train stage ``style-po`` after S's
+stage in S's own run: the trainer's ``stpo`` objective with ``style_from`` (only the module
+trains, the base stays raw; the frozen reference policy is S). Everything is kept under
+``work``.
 """
 
 from __future__ import annotations
@@ -25,17 +27,24 @@ from krea2.trainer import JobConfig
 ALIGNED = "style-po"  # the stage's name in S's run
 
 
-def pair_reward(measures: dict) -> np.ndarray:
-    """Style similarity − leaked per image [P, S]: what a pair's winner leads by."""
-    return np.asarray(measures["similarity"], np.float64) - np.asarray(measures["leaked"])
+def pair_reward(measures: dict, csd_weight: float = 0.0) -> np.ndarray:
+    """Style similarity − leaked per image [P, S]: what a pair's winner leads by. The style
+    similarity is (1 − ``csd_weight``) x ``similarity`` + ``csd_weight`` x ``csd`` (the toy
+    CSD's cosine; read only when ``csd_weight`` > 0)."""
+    style = np.asarray(measures["similarity"], np.float64)
+    if csd_weight > 0:
+        style = (1 - csd_weight) * style + csd_weight * np.asarray(measures["csd"], np.float64)
+    return style - np.asarray(measures["leaked"])
 
 
-def candidate_pairs(measures: dict, min_gap: float) -> list[tuple[int, int, int]]:
+def candidate_pairs(measures: dict, min_gap: float,
+                    csd_weight: float = 0.0) -> list[tuple[int, int, int]]:  # fmt: skip
     """(case, winner sample, loser sample) per case from per-image measures [P][S]
-    (``similarity``, ``leaked``, ``content``): the winner the best reward (similarity −
-    leaked) among the samples of the case's best content, the loser the worst reward among
-    samples of no better content; none when the gap is under ``min_gap``."""
-    reward = pair_reward(measures)
+    (``similarity``, ``leaked``, ``content``, and ``csd`` when ``csd_weight`` > 0): the
+    winner the best reward (:func:`pair_reward`) among the samples of the case's best
+    content, the loser the worst reward among samples of no better content; none when the
+    gap is under ``min_gap``."""
+    reward = pair_reward(measures, csd_weight)
     content = np.asarray(measures["content"], np.float64)
     pairs = []
     for p in range(reward.shape[0]):
@@ -111,7 +120,7 @@ def align_style(a: Any, style: tuple[JobConfig, int], work: Path, cases: list, c
         work / "candidates.npy", [c.prompt for c in cases], refs, [[1.0]] * len(cases)
     )
     m = measure(images, cases, csd)
-    chosen = candidate_pairs(m, a.min_gap)
+    chosen = candidate_pairs(m, a.min_gap, a.csd_weight)
     if len(chosen) * 2 < a.batch_size:
         raise ValueError(
             f"style alignment: {len(chosen)} pairs from {len(cases)} cases, fewer than one "
@@ -120,7 +129,7 @@ def align_style(a: Any, style: tuple[JobConfig, int], work: Path, cases: list, c
     shards = write_pairs(images, references, cases, chosen, seeds, work, a.batch_size // 2)
     aligned = aligned_job(style, shards, a)
     train_style(job, index, aligned)
-    reward = pair_reward(m)
+    reward = pair_reward(m, a.csd_weight)
     gap = [reward[p, w] - reward[p, loser] for p, w, loser in chosen]
     return {
         "model": (aligned, len(aligned.stages) - 1),

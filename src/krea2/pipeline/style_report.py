@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-HEADERS = ["variant", "style similarity", "toy CSD", "leaked", "layout IoU − chance",
-           "ShapesEval", "Δ ShapesEval vs none"]  # fmt: skip
+HEADERS = ["variant", "style similarity", "kind", "colour", "toy CSD", "leaked",
+           "layout IoU − chance", "ShapesEval", "Δ ShapesEval vs none"]  # fmt: skip
 NAMES = {"none": "raw, no reference", "R": "R: reconstruction", "S": "S: self-supervised",
          "O": "O: oracle pairs", "S+PO": "S after STPO (style − leakage pairs)"}  # fmt: skip
 
@@ -25,7 +25,8 @@ def rows(result: dict) -> list[list[str]]:
         m = result[key]["mean"]
         d = result[key].get("vs_none", {}).get("content")
         delta = "" if d is None else f"{d['delta']:+.3f} ± {d['se']:.3f}"
-        out.append([NAMES[key], f"{m['similarity']:.3f}", f"{m['csd']:.3f}",
+        parts = [f"{m[k]:.3f}" if k in m else "" for k in ("kind", "colour")]
+        out.append([NAMES[key], f"{m['similarity']:.3f}", *parts, f"{m['csd']:.3f}",
                     f"{m['leaked']:.1%}", f"{m['layout']:+.3f}", f"{m['content']:.3f}",
                     delta])  # fmt: skip
     return out
@@ -67,20 +68,22 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
         f"by content alone; only what it sees as the reference differs. Measured on "
         f"{len(result.get('prompts', []))} held-out prompts x held-out references (styles "
         f"from another seed, objects the prompt does not name), raw sampled without CFG. "
-        f"Style similarity: background kind and colour against the reference (0-1); toy "
+        f"Style similarity: background kind and colour against the reference (0-1), the "
+        f"mean of kind (the background kind read the same, 0/1) and colour (exp(−RGB "
+        f"distance / 40) of the backgrounds); toy "
         f"CSD: cosine of a contrastive style encoder's embeddings; leaked: outputs showing "
         f"an object of the reference; Δ ± the paired standard error over the prompts.</p>"
     )
     if "S+PO" in result and "vs_S" in result["S+PO"]:
         d, info = result["S+PO"]["vs_S"], result["S+PO"].get("pairs", {})
+        deltas = ", ".join(f"{k} {d[k]['delta']:+.3f} ± {d[k]['se']:.3f}"
+                           for k in ("similarity", "kind", "colour", "csd", "leaked", "content")
+                           if k in d)  # fmt: skip
         parts.append(
             f'<p class="note">S after STPO: S sampled {info.get("pairs", "?")} pairs on training '
             "prompts x fresh-style references, ranked by style similarity − leakage with "
             "ShapesEval held; STPO trained the module alone (raw frozen, S the reference "
-            "policy). Against S on the held-out cases: similarity "
-            f"{d['similarity']['delta']:+.3f} ± {d['similarity']['se']:.3f}, leaked "
-            f"{d['leaked']['delta']:+.3f} ± {d['leaked']['se']:.3f}, ShapesEval "
-            f"{d['content']['delta']:+.3f} ± {d['content']['se']:.3f}.</p>"
+            f"policy). Against S on the held-out cases (content: ShapesEval): {deltas}.</p>"
         )
     checks = "".join(
         f"<li>{html.escape(name)}: {'holds' if c['holds'] else 'does not hold'} "

@@ -92,19 +92,24 @@ class Sampler:
 
 
 def per_image_measures(images: np.ndarray, cases: list[StyleCase], csd: Any) -> dict:
-    """Per-image [P][S] lists: ``similarity``, ``csd`` (cosine with the reference's toy-CSD
-    embedding), ``leaked`` (0/1), ``layout`` (reference IoU − chance), ``content``."""
+    """Per-image [P][S] lists: ``similarity`` and its two halves ``kind`` (the background
+    kind matches, 0/1) and ``colour`` (exp(−distance / 40)), ``csd`` (cosine with the
+    reference's toy-CSD embedding), ``leaked`` (0/1), ``layout`` (reference IoU − chance),
+    ``content``."""
     from krea2.curate.shapes import leakage, read_style, shapes_eval, style_similarity
 
     side = images.shape[2]
     refs = np.stack([c.reference_pixels(side) for c in cases])
     ref_emb = csd.embed(refs)
-    out: dict[str, list] = {k: [] for k in ("similarity", "csd", "leaked", "layout")}
+    names = ("similarity", "kind", "colour", "csd", "leaked", "layout")
+    out: dict[str, list] = {k: [] for k in names}
     for case, row, ref, emb in zip(cases, images, refs, ref_emb, strict=True):
         ref_style = read_style(ref)  # once per case, not once per sample
         scores = [style_similarity(img, ref_style) for img in row]
         leaks = [leakage(img, case.reference, case.target) for img in row]
         out["similarity"].append([x.similarity for x in scores])
+        out["kind"].append([float(x.kind_match) for x in scores])
+        out["colour"].append([x.colour for x in scores])
         out["csd"].append([float(e @ emb) for e in csd.embed(row)])
         out["leaked"].append([float(bool(x.leaked)) for x in leaks])
         out["layout"].append([x.layout_leak for x in leaks])
@@ -291,4 +296,9 @@ def checks(r: dict) -> dict[str, dict]:
                             "leaked": leak["delta"], "content": content["delta"],
                             "content_se": content["se"],
                             "holds": better and content["delta"] >= -content["se"]}  # fmt: skip
+        # the parts, shown beside the verdict (which reads the whole similarity alone)
+        for part in ("kind", "colour", "csd"):
+            if part in d:
+                out["alignment"][part] = d[part]["delta"]
+                out["alignment"][f"{part}_se"] = d[part]["se"]
     return out

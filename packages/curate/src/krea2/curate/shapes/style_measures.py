@@ -162,13 +162,13 @@ def _majority(styles: list[str]) -> str | None:
 
 @dataclass(frozen=True)
 class StyleScore:
-    """How far an image's style is from a reference's. ``kind_match``: the same background
-    kind (and for two gradients the same direction); ``distance``: RGB distance in grey
-    levels of the background means, or for two matching gradients the mean distance of
-    their two ends; ``similarity`` = 0.5·kind_match + 0.5·exp(−distance / 40), in [0, 1].
-    ``object_style``/``ref_object_style``: the majority object style of each (``None``: no
-    object found); ``object_style_match``: whether they agree (``None`` if either is
-    ``None``), reported beside ``similarity``, not in it."""
+    """How far an image's style is from a reference's. ``kind_match``: the same background kind
+    (and for two gradients the same direction); ``distance``: RGB distance in grey levels of
+    the background means, or for two matching gradients the mean distance of their two ends;
+    ``colour`` = exp(−distance / 40), in (0, 1]; ``similarity`` = 0.5·kind_match +
+    0.5·colour, in [0, 1]. ``object_style``/``ref_object_style``: the majority object style
+    of each (``None``: no object found); ``object_style_match``: whether they agree
+    (``None`` if either is ``None``), reported beside ``similarity``, not in it."""
 
     kind: str
     ref_kind: str
@@ -177,6 +177,11 @@ class StyleScore:
     similarity: float
     object_style: str | None
     ref_object_style: str | None
+
+    @property
+    def colour(self) -> float:
+        """The colour half of ``similarity``: exp(−distance / 40)."""
+        return float(np.exp(-self.distance / SIMILARITY_SCALE))
 
     @property
     def object_style_match(self) -> bool | None:
