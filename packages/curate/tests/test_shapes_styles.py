@@ -209,3 +209,23 @@ def test_captions_of_outlined_scenes_say_so_and_still_parse_true():
         truth = set(shapes.scene_requirements(ring))
         for text in caps.values():
             assert set(shapes.parse_prompt(text)) <= truth
+
+
+def test_a_share_of_the_world_scenes_is_styled_and_the_rest_stays_put():
+    from krea2.curate.shapes import WORLD_BACKGROUNDS, one_object_scenes, split_concepts
+
+    split = split_concepts(0, 0.15)
+    plain = one_object_scenes(split, 4, seed=0, rerenders=1)
+    assert one_object_scenes(split, 4, seed=0, rerenders=1, styled=0.0) == plain
+    mixed = one_object_scenes(split, 4, seed=0, rerenders=1, styled=0.3)
+    styled = [m for m in mixed if m.background.kind != "solid"]
+    assert 0.2 < len(styled) / len(mixed) < 0.4
+    assert {m.background.kind for m in styled} == {"gradient", "texture"}
+    for p, m in zip(plain, mixed, strict=True):
+        assert m.objects == p.objects and m.object_style == "filled"
+        if m.background.kind == "solid":  # an unstyled take is the plain world's, unchanged
+            assert m == p and m.background.color in WORLD_BACKGROUNDS
+    takes, rerenders = mixed[::2], mixed[1::2]
+    assert all(t.background == r.background for t, r in zip(takes, rerenders, strict=True))
+    with pytest.raises(ValueError, match="styled"):
+        one_object_scenes(split, 1, seed=0, styled=1.5)

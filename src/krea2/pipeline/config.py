@@ -47,6 +47,9 @@ class PoolSpec:
     # Copies of clean multi-object scenes that hashes miss (crops > 5%, tone and blur edits;
     # ``pool.DEMO_COPY_EDITS``), for embedding dedup; at most ``n_clean_multi``.
     n_copies: int = 0
+    # Share of the one-object takes drawn on a gradient or texture background (named in
+    # their captions) instead of black or dark grey: what a style reference can ask raw for.
+    styled: float = 0.0
 
 
 @dataclass

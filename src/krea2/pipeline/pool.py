@@ -111,7 +111,8 @@ def build_pool(spec: PoolSpec, split: WorldSplit, directory: Path, workers: int 
     """Write the pool's files, their sidecars and ``labels.jsonl`` (ground truth per file,
     from the generator) into ``directory``. The one-object scenes are rendered by ``workers``
     processes; all of them go into the pool, in render order."""
-    candidates = one_object_scenes(split, spec.per_concept, spec.seed, spec.rerenders)
+    candidates = one_object_scenes(split, spec.per_concept, spec.seed, spec.rerenders,
+                                   styled=spec.styled)  # fmt: skip
     jobs = [(s, spec.side) for s in candidates]
     renders = parallel_map(render_png, jobs, workers, "pool render")
     truth = one_object_labels(candidates, renders, spec.rerenders)

@@ -14,6 +14,7 @@ import numpy as np
 
 from krea2.curate.shapes.captions import captions
 from krea2.curate.shapes.spec import Background, Scene, ShapeObject
+from krea2.curate.shapes.styles import apply_style, sample_style
 
 # Red is the pool's over-represented concept (``defects.OVERREPRESENTED``); the toy world
 # leaves it out so that rebalancing that concept never touches the one-object scenes.
@@ -65,25 +66,42 @@ def eval_prompt(concept: Concept) -> str:
 
 
 def one_object_scenes(
-    split: WorldSplit, per_concept: int, seed: int, rerenders: int = 0, nudge: float = 0.05
+    split: WorldSplit,
+    per_concept: int,
+    seed: int,
+    rerenders: int = 0,
+    nudge: float = 0.05,
+    styled: float = 0.0,
 ) -> list[Scene]:
     """``per_concept`` candidate scenes of every training concept: the first large and
     centred, the others of random size (large or medium), jitter and background. Each is
     followed by ``rerenders`` near-identical re-renders, its shape moved by at most
     ``nudge`` of the jitter range per axis (under a pixel at 320 px for large shapes).
-    The candidates themselves do not depend on ``rerenders``."""
+    A share ``styled`` of the takes (and their re-renders) draw a gradient or texture
+    background of ``sample_style``'s colours instead of a world background, so a model
+    trained on them can draw what a style reference shows. The candidates themselves do
+    not depend on ``rerenders``, and the unstyled ones not on ``styled``."""
+    if not 0 <= styled <= 1:
+        raise ValueError(f"styled={styled} must be a share in [0, 1]")
     rng = np.random.default_rng(seed)
     nudges = np.random.default_rng([seed, 1])
+    styles = np.random.default_rng([seed, 2])  # its own stream: the other draws stay put
     scenes: list[Scene] = []
     for concept in split.train:
         for attempt in range(per_concept):
             size = "large" if attempt == 0 else str(rng.choice(["large", "medium"]))
             jitter = (0.0, 0.0) if attempt == 0 else tuple(rng.uniform(-0.5, 0.5, 2))
             background = str(rng.choice(WORLD_BACKGROUNDS))
-            scenes.append(concept_scene(concept, background, size, jitter))
+            style = None
+            if styled > 0 and styles.random() < styled:
+                style = sample_style(styles, kinds=("gradient", "texture"),
+                                     object_styles=("filled",))  # fmt: skip
+            takes = [jitter]
             for _ in range(rerenders):
-                moved = tuple(
-                    float(np.clip(j + nudges.uniform(-nudge, nudge), -1, 1)) for j in jitter
+                takes.append(
+                    tuple(float(np.clip(j + nudges.uniform(-nudge, nudge), -1, 1)) for j in jitter)
                 )
-                scenes.append(concept_scene(concept, background, size, moved))
+            for offset in takes:
+                scene = concept_scene(concept, background, size, offset)
+                scenes.append(scene if style is None else apply_style(scene, style))
     return scenes
