@@ -44,6 +44,9 @@ def test_overrides_reach_the_trainer_stages_and_typos_are_named() -> None:
         load_demo_config(False, overrides=["train.optimizr.lr=1e-3"])
     with pytest.raises(ConfigError, match="index below 2"):
         load_demo_config(False, overrides=["train.stages.5.steps=1"])
+    assert load_demo_config(False, overrides=["pool.styled=0.3"]).pool.styled == 0.3
+    with pytest.raises(ConfigError, match="styled"):  # at load, before any stage
+        load_demo_config(False, overrides=["pool.styled=1.5"])
 
 
 def test_only_the_quick_recipe_is_a_smoke_run_and_its_note_says_what_the_full_one_reaches():

@@ -51,6 +51,10 @@ class PoolSpec:
     # their captions) instead of black or dark grey: what a style reference can ask raw for.
     styled: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.styled <= 1:  # at load, not once the pool stage draws the scenes
+            raise ValueError(f"styled={self.styled} must be a share in [0, 1]")
+
 
 @dataclass
 class CurateSpec:

@@ -68,10 +68,9 @@ def report_section(result: dict, upscale) -> str:  # type: ignore[no-untyped-def
         f"by content alone; only what it sees as the reference differs. Measured on "
         f"{len(result.get('prompts', []))} held-out prompts x held-out references (styles "
         f"from another seed, objects the prompt does not name), raw sampled without CFG. "
-        f"Style similarity: background kind and colour against the reference (0-1), the "
-        f"mean of kind (the background kind read the same, 0/1) and colour (exp(−RGB "
-        f"distance / 40) of the backgrounds); toy "
-        f"CSD: cosine of a contrastive style encoder's embeddings; leaked: outputs showing "
+        f"Style similarity against the reference (0-1): the mean of kind (the background "
+        f"kind read the same, 0/1) and colour (exp(−RGB distance / 40) of the backgrounds); "
+        f"toy CSD: cosine of a contrastive style encoder's embeddings; leaked: outputs showing "
         f"an object of the reference; Δ ± the paired standard error over the prompts.</p>"
     )
     if "S+PO" in result and "vs_S" in result["S+PO"]:

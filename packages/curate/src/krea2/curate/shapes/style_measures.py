@@ -160,6 +160,11 @@ def _majority(styles: list[str]) -> str | None:
     return Counter(styles).most_common(1)[0][0] if styles else None
 
 
+def _colour(distance: float) -> float:
+    """The colour term of a style score: exp(−distance / SIMILARITY_SCALE), in (0, 1]."""
+    return float(np.exp(-distance / SIMILARITY_SCALE))
+
+
 @dataclass(frozen=True)
 class StyleScore:
     """How far an image's style is from a reference's. ``kind_match``: the same background kind
@@ -181,7 +186,7 @@ class StyleScore:
     @property
     def colour(self) -> float:
         """The colour half of ``similarity``: exp(−distance / 40)."""
-        return float(np.exp(-self.distance / SIMILARITY_SCALE))
+        return _colour(self.distance)
 
     @property
     def object_style_match(self) -> bool | None:
@@ -223,7 +228,7 @@ def style_similarity(pixels: np.ndarray, ref_pixels: np.ndarray | StyleReading) 
         distance = float(np.mean([np.linalg.norm(np.subtract(p, q)) for p, q in ends]))
     else:
         distance = float(np.linalg.norm(np.subtract(out.mean, ref_bg.mean)))
-    similarity = 0.5 * float(match) + 0.5 * float(np.exp(-distance / SIMILARITY_SCALE))
+    similarity = 0.5 * float(match) + 0.5 * _colour(distance)
     return StyleScore(
         out.kind,
         ref_bg.kind,
