@@ -121,6 +121,27 @@ def test_two_gloo_ranks_equal_one(tmp_path, data, one_rank):
             assert two[key][name] == pytest.approx(a[name], rel=1e-4, abs=1e-7), (key, name)
 
 
+def test_the_spatial_path_trains_on_two_gloo_ranks_as_on_one(tmp_path, data):
+    """pool = "tiles" and cross: the DiT calls the module's StyleCross layers after the
+    module's forward, so under FSDP2 each is its own unit (gathered when called)."""
+    from krea2.dit import load_style_module
+
+    settings = 'reference = "inpaint_shuffle"\npool = "tiles"\ncross = 2'
+    runs = []
+    for nproc in (1, 2):
+        root = tmp_path / f"ranks-{nproc}"
+        root.mkdir()
+        out, _ = (proc := _train(_job(root, data, settings), nproc=nproc)).communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+        runs.append(_rows(root / "run"))
+    for key, a in runs[0].items():
+        for name in COMPARED:
+            assert runs[1][key][name] == pytest.approx(a[name], rel=1e-4, abs=1e-7), (key, name)
+    module = load_style_module(stage_style_path(tmp_path / "ranks-2" / "run", "style"))
+    assert (module.cfg.pool, module.cfg.cross) == ("tiles", 2)
+    assert any(float(layer.wo.weight.detach().abs().sum()) > 0 for layer in module.cross)
+
+
 def test_sigkill_mid_stage_resumes_to_the_same_losses(tmp_path, data, one_rank):
     _, one = one_rank
     config = _job(tmp_path, data)

@@ -148,8 +148,7 @@ def _velocity(
         neg_txt, neg_mask = encoder.encode([negative])
         txt, mask = with_negative(txt, mask, neg_txt.to(p.device, p.dtype), neg_mask.to(p.device))
     if style is not None:  # one image's tokens for every row of the (doubled) batch
-        one = StyleTokens(style.tokens.to(p.device, p.dtype), style.bias.to(p.device))
-        style = one.broadcast(txt.shape[0])
+        style = style.to(p.device, p.dtype).broadcast(txt.shape[0])
     velocity = dit_velocity(model, txt, mask, pack_text=True, style=style)  # eager: skip pads
     if prediction == "x0":
         velocity = from_x0(velocity, x0_min_t)

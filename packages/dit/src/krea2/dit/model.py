@@ -13,6 +13,7 @@ from krea2.dit.config import DiTConfig, get_config
 from krea2.dit.layers import RMSNorm, timestep_sinusoid
 from krea2.dit.patches import image_positions, patchify, unpatchify
 from krea2.dit.rope import rope_angles
+from krea2.dit.style_cross import sincos_at
 from krea2.dit.textfusion import TextFusion
 from krea2.infra.errors import UserError
 
@@ -104,7 +105,10 @@ class Krea2DiT(nn.Module):
         (the path without references, unchanged). Its S tokens sit between the text and the
         image at RoPE position (0, 0, 0) like text (`pos` stays [T+N, 3]); the key mask
         becomes additive in img's dtype: padded text -inf, style keys their bias (log of
-        the strength), image and time keys 0.
+        the strength), image and time keys 0. With `style.cross` (the module's spatial path,
+        krea2.dit.style_cross) the image rows also attend to the tokens before each of the
+        first len(cross) blocks, through the module's own projections and the code of
+        their RoPE (row, column).
         """
         self._check_inputs(img, txt, t, pos, txt_mask, style)
         if pack_text and txt_mask is not None:
@@ -147,8 +151,16 @@ class Krea2DiT(nn.Module):
 
         # Only image rows are read after the blocks, so the last block skips text and style rows.
         last = len(self.blocks) - 1
+        cross = None if style is None else style.cross
+        if cross is not None:  # the module's decoupled attention, image rows only
+            a = tlen + slen
+            code = sincos_at(pos[0, a : a + n, 1:], self.cfg.width)
         for i, blk in enumerate(self.blocks):
             start = tlen + slen if i == last else 0
+            if cross is not None and i < len(cross):
+                rows = x[:, a : a + n]
+                rows = rows + cross[i](rows, code, style.tokens.to(dtype), style.bias)
+                x = torch.cat([x[:, :a], rows, x[:, a + n :]], dim=1)
             x = run_block(blk, self.checkpointing, x, tvec, rope, key_mask, start)
         return self.last(x[:, :n], temb if self.cfg.modulated else None)
 

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from krea2.dit.config import DiTConfig
 from krea2.dit.layers import RMSNorm, SwiGLU
 from krea2.dit.patches import patchify
+from krea2.dit.style_cross import POOLS, StyleCross, cross_params, sincos_at, tile_pool
 from krea2.infra.errors import UserError
 
 STYLE_CONFIG_KEY = "krea2.dit.style_config"  # safetensors metadata entry: StyleConfig as JSON
@@ -42,7 +43,9 @@ class StyleConfig:
     patch: int  # reference latents are patchified at this patch (the DiT's)
     tokens: int = 4  # pooled tokens per reference (M)
     max_refs: int = 4  # slot embeddings: at most this many references at once
-    heads: int = 4  # heads of the attention pooling
+    heads: int = 4  # heads of the attention pooling (and of the decoupled attention)
+    pool: str = "attention"  # "attention": M learned queries; "tiles": a sqrt(M)^2 grid's means
+    cross: int = 0  # the first `cross` blocks' image rows attend to the tokens (style_cross)
     model: str = ""  # the DiT config name it was made for (for messages)
 
     def __post_init__(self) -> None:
@@ -73,6 +76,15 @@ class StyleConfig:
             raise UserError(
                 f"StyleConfig width={self.width} is not divisible by heads={self.heads}"
             )
+        if not isinstance(self.cross, int) or isinstance(self.cross, bool) or self.cross < 0:
+            raise UserError(f"StyleConfig cross={self.cross!r} must be a whole number >= 0")
+        if self.pool not in POOLS:
+            raise UserError(f"StyleConfig pool={self.pool!r} must be one of {list(POOLS)}")
+        if self.pool == "tiles" and math.isqrt(self.tokens) ** 2 != self.tokens:
+            raise UserError(
+                f"StyleConfig tokens={self.tokens} must be a square (4, 9, 16, ...) with "
+                "pool='tiles': the tokens are a g x g grid of tiles"
+            )
         if self.width % 4:  # the 2-D sin-cos code gives each axis a sin and a cos half
             raise UserError(f"StyleConfig width={self.width} must be a multiple of 4")
 
@@ -94,6 +106,12 @@ class StyleTokens(NamedTuple):
 
     tokens: Tensor  # [B, S, D] style tokens in the DiT's width (S = R * M)
     bias: Tensor  # [B, S] float32 additive bias on the attention logits (log s; -inf = off)
+    # the module's decoupled attention, one StyleCross per block from the first, or None
+    cross: nn.ModuleList | None = None
+
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> StyleTokens:
+        """The tokens in `dtype` on `device` (the bias stays float32)."""
+        return StyleTokens(self.tokens.to(device, dtype), self.bias.to(device), self.cross)
 
     def broadcast(self, batch: int) -> StyleTokens:
         """Tokens of one image ([1, S, D]) repeated as a view for `batch` images."""
@@ -102,7 +120,8 @@ class StyleTokens(NamedTuple):
                 f"style tokens are for one image ([1, S, D]) to broadcast, got "
                 f"{tuple(self.tokens.shape)}"
             )
-        return StyleTokens(self.tokens.expand(batch, -1, -1), self.bias.expand(batch, -1))
+        tokens, bias = self.tokens.expand(batch, -1, -1), self.bias.expand(batch, -1)
+        return StyleTokens(tokens, bias, self.cross)
 
 
 class StyleModule(nn.Module):
@@ -110,8 +129,9 @@ class StyleModule(nn.Module):
 
     Parameters: `embed` (Linear C p^2 -> D), `mlp_norm` + `mlp` (SwiGLU D -> D -> D, a
     residual per patch, so pooled features are not linear in the latents), `kv_norm`,
-    `wk`/`wv`/`wo` and `queries` [M, D] (the attention pooling), `norm` (RMSNorm of the
-    pooled tokens) and `slots` [max_refs, D].
+    `wk`/`wv`/`wo` and `queries` [M, D] (the attention pooling; none with pool="tiles"),
+    `norm` (RMSNorm of the pooled tokens), `slots` [max_refs, D] and `cross` (cfg.cross
+    StyleCross layers, the DiT calls them; None without).
     """
 
     def __init__(self, cfg: StyleConfig) -> None:
@@ -122,18 +142,23 @@ class StyleModule(nn.Module):
         self.embed = nn.Linear(cfg.latent_channels * cfg.patch**2, d)
         self.mlp_norm = RMSNorm(d)
         self.mlp = SwiGLU(d, d)
-        self.kv_norm = RMSNorm(d)
-        self.wk = nn.Linear(d, d, bias=False)
-        self.wv = nn.Linear(d, d, bias=False)
-        self.wo = nn.Linear(d, d, bias=False)
-        self.queries = nn.Parameter(torch.empty(cfg.tokens, d))
+        if cfg.pool == "attention":
+            self.kv_norm = RMSNorm(d)
+            self.wk = nn.Linear(d, d, bias=False)
+            self.wv = nn.Linear(d, d, bias=False)
+            self.wo = nn.Linear(d, d, bias=False)
+            self.queries = nn.Parameter(torch.empty(cfg.tokens, d))
         self.norm = RMSNorm(d)
         self.slots = nn.Parameter(torch.empty(cfg.max_refs, d))
+        self.cross = (
+            nn.ModuleList(StyleCross(d, cfg.heads) for _ in range(cfg.cross)) if cfg.cross else None
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Small random queries and slots: near mean pooling at first, slots distinct."""
-        nn.init.normal_(self.queries, std=0.02)
+        if self.cfg.pool == "attention":
+            nn.init.normal_(self.queries, std=0.02)
         nn.init.normal_(self.slots, std=0.02)
 
     def init_weights(self) -> None:
@@ -173,10 +198,11 @@ class StyleModule(nn.Module):
         x = self.embed(patchify(refs.flatten(0, 1).to(self.embed.weight.dtype), p))
         x = x + sincos_2d(h // p, w // p, self.cfg.width, x.device).to(x.dtype)
         x = x + self.mlp(self.mlp_norm(x))  # [B R, n, D]
-        pooled = self._pool(x)  # [B R, M, D]
+        tiles = self.cfg.pool == "tiles"
+        pooled = tile_pool(x, h // p, w // p, m) if tiles else self._pool(x)  # [B R, M, D]
         tokens = self.norm(pooled).unflatten(0, (b, r)) + self.slots[keep][None, :, None]
         bias = torch.log(strengths.float()).repeat_interleave(m, dim=1)
-        return StyleTokens(tokens.flatten(1, 2), bias)
+        return StyleTokens(tokens.flatten(1, 2), bias, self.cross)
 
     def _pool(self, x: Tensor) -> Tensor:
         """Attention pooling: M learned queries over the patch tokens x [B', n, D] -> [B', M, D]."""
@@ -214,23 +240,13 @@ class StyleModule(nn.Module):
 
 
 def sincos_2d(grid_h: int, grid_w: int, dim: int, device: torch.device | str) -> Tensor:
-    """Fixed 2-D position code [grid_h * grid_w, dim] float32, tokens row-major.
-
-    The first dim/2 features code the row, the rest the column, each as sin then cos of
-    position * 10000^(-k / (dim/4)), k < dim/4 (MAE's code). Fixed, so any reference size
-    works; the layout is there for the module to use or ignore.
-    """
-    quarter = dim // 4
-    freqs = torch.exp(-math.log(1e4) * torch.arange(quarter, device=device) / quarter)
+    """Fixed 2-D position code [grid_h * grid_w, dim] float32, tokens row-major: the
+    `style_cross.sincos_at` code of every patch's (row, column). Fixed, so any reference
+    size works; the layout is there for the module to use or ignore."""
     ii, jj = torch.meshgrid(
         torch.arange(grid_h, device=device), torch.arange(grid_w, device=device), indexing="ij"
     )
-
-    def code(pos: Tensor) -> Tensor:
-        angles = pos.reshape(-1, 1).float() * freqs
-        return torch.cat([angles.sin(), angles.cos()], dim=-1)
-
-    return torch.cat([code(ii), code(jj)], dim=-1)
+    return sincos_at(torch.stack([ii, jj], dim=-1).reshape(-1, 2), dim)
 
 
 def style_module_params(cfg: StyleConfig) -> int:
@@ -238,15 +254,19 @@ def style_module_params(cfg: StyleConfig) -> int:
     d = cfg.width
     embed = cfg.latent_channels * cfg.patch**2 * d + d
     mlp = d + 3 * d * d  # mlp_norm + SwiGLU(D, D)
-    pool = d + 3 * d * d + cfg.tokens * d  # kv_norm, wk, wv, wo, queries
-    return embed + mlp + pool + d + cfg.max_refs * d  # + norm, slots
+    pool = d + 3 * d * d + cfg.tokens * d if cfg.pool == "attention" else 0  # kv_norm, wk, ..
+    cross = cross_params(d, cfg.cross)
+    return embed + mlp + pool + cross + d + cfg.max_refs * d  # + norm, slots
 
 
 def style_module_flops(cfg: StyleConfig, ref_tokens: int, refs: int = 1) -> int:
     """FLOPs of one forward over `refs` references of `ref_tokens` patch tokens each (matmuls
     and attention, as torch's FlopCounterMode counts). Once per image: not per step."""
     d, m, c = cfg.width, cfg.tokens, cfg.latent_channels * cfg.patch**2
-    per_token = 2 * c * d + 2 * 3 * d * d + 2 * 2 * d * d  # embed, SwiGLU, k and v
+    per_token = 2 * c * d + 2 * 3 * d * d  # embed, SwiGLU
+    if cfg.pool == "tiles":  # means: no matmul
+        return refs * ref_tokens * per_token
+    per_token += 2 * 2 * d * d  # k and v
     pooling = 4 * m * ref_tokens * d + 2 * m * d * d  # QK^T and PV for M queries, wo
     return refs * (ref_tokens * per_token + pooling)
 

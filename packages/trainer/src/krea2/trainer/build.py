@@ -194,6 +194,9 @@ def build_module(
     if env.distributed:
         param_dtype = torch.bfloat16 if env.device.type == "cuda" else None
         units = [*fsdp_units(dit), text] + [m for m in (head, module.style) if m is not None]
+        cross = getattr(module.style, "cross", None)
+        if cross is not None:  # the DiT calls them after the module's forward: own units
+            units = [*units[:-1], *cross, units[-1]]
         units = [u for u in units if any(p.requires_grad for p in u.parameters())]
         par.apply_fsdp(units, module, env.mesh["dp"], param_dtype)
     if meta:

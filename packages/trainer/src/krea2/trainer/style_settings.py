@@ -31,7 +31,8 @@ class StyleSettings:
     pooling's attention heads. ``strength``: the range each training reference's strength
     s is drawn from (log s is its attention bias); (1, 1) trains at the nominal strength
     only. ``drop``: share of rows trained with no reference (s = 0), which keeps the
-    module's tokens from carrying what the base does anyway."""
+    module's tokens from carrying what the base does anyway. ``pool`` and ``cross``: the
+    module's spatial path (:class:`krea2.dit.StyleConfig`; "attention" and 0: none)."""
 
     reference: ReferenceMode = ReferenceMode.INPAINT_SHUFFLE
     tiles: int = 4
@@ -40,6 +41,8 @@ class StyleSettings:
     heads: int = 4
     strength: tuple[float, float] = (1.0, 1.0)
     drop: float = 0.0
+    cross: int = 0
+    pool: str = "attention"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reference", ReferenceMode(self.reference))
@@ -118,7 +121,12 @@ def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torc
     from krea2.dit import StyleConfig, StyleModule
 
     cfg = StyleConfig.for_dit(
-        dit_cfg, tokens=settings.tokens, max_refs=settings.max_refs, heads=settings.heads
+        dit_cfg,
+        tokens=settings.tokens,
+        max_refs=settings.max_refs,
+        heads=settings.heads,
+        cross=min(settings.cross, dit_cfg.depth),
+        pool=settings.pool,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 7919)
