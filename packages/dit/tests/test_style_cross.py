@@ -133,3 +133,29 @@ def test_a_saved_spatial_module_loads_with_its_path(dit, tmp_path):
     with torch.no_grad():
         want = run(dit, module(refs(), torch.ones(2, 2)))
         assert torch.equal(run(dit, loaded(refs(), torch.ones(2, 2))), want)
+
+
+def test_the_image_rows_code_is_in_patches_under_position_interpolation(monkeypatch):
+    """With rope_ref_grid the image rows' RoPE positions are scaled; their code is not, so
+    a row and the reference tile above it keep one code."""
+    from dataclasses import replace
+
+    import krea2.dit.model as model_module
+    from krea2.dit.patches import image_positions
+
+    seen = []
+
+    def spy(ij, dim):
+        seen.append(ij.clone())
+        return sincos_at(ij, dim)
+
+    monkeypatch.setattr(model_module, "sincos_at", spy)
+    cfg = replace(get_config("tiny"), rope_ref_grid=2)
+    model = Krea2DiT(cfg).eval()
+    img, txt, t, _, mask = make_inputs(cfg)  # a 3 x 5 grid
+    pos = image_positions(txt.shape[1], 3, 5, ref_grid=2)
+    with torch.no_grad():
+        model(img, txt, t, pos, mask, style=spatial()(refs(), torch.ones(2, 2)))
+    ii, jj = torch.meshgrid(torch.arange(3), torch.arange(5), indexing="ij")
+    want = torch.stack([ii, jj], -1).reshape(-1, 2).float()
+    torch.testing.assert_close(seen[0], want)

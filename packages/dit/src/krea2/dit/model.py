@@ -154,7 +154,9 @@ class Krea2DiT(nn.Module):
         cross = None if style is None else style.cross
         if cross is not None:  # the module's decoupled attention, image rows only
             a = tlen + slen
-            code = sincos_at(pos[0, a : a + n, 1:], self.cfg.width)
+            # in patches, as the reference's tiles are: undo RoPE position interpolation
+            grid = self.cfg.rope_ref_grid / n**0.5 if self.cfg.rope_ref_grid else 1.0
+            code = sincos_at(pos[0, a : a + n, 1:] / grid, self.cfg.width)
         for i, blk in enumerate(self.blocks):
             start = tlen + slen if i == last else 0
             if cross is not None and i < len(cross):
