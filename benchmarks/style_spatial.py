@@ -106,7 +106,7 @@ def main() -> None:
     for text in args.variants:  # every variant checked before any training
         split_variant(parse_settings(text))
 
-    from krea2.curate.shapes import StyleEncoder
+    from krea2.curate.shapes import StyleEncoder, shapes_eval
     from krea2.pipeline.chain import load_model
     from krea2.pipeline.config import load_demo_config
     from krea2.pipeline.evaluation import demo_concepts
@@ -129,11 +129,11 @@ def main() -> None:
         raw = load_model(json.loads(rl_file.read_text())["result"]["model"])
         csd = StyleEncoder.load(style_dir / "csd")
         refs = encode_images(raw[0], np.stack([c.reference_pixels(64) for c in cases]))[:, None]
+        prompts = [c.prompt for c in cases]
         base = {
             "S": per_image_measures(np.load(style_dir / "S-s1.0.npy"), cases, csd),
-            "none": per_image_measures(np.load(style_dir / "none.npy"), cases, csd),
+            "none": shapes_eval(np.load(style_dir / "none.npy"), prompts).per_image,
         }
-        base["none"] = base["none"]["content"]
         # a variant found finished under WORK keeps the seconds its first run took
         before = json.loads(saved.read_text())["rows"] if saved.is_file() else []
         took = {r["variant"]: r["seconds"] for r in before}

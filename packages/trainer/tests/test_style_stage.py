@@ -172,6 +172,8 @@ def test_settings_are_checked_with_their_key(tmp_path, data):
     assert "stages.1.settings.refrence" in problem('refrence = "shuffle"')
     assert "strength" in problem("strength = [0.0, 1.0]")
     assert "'copy'" in problem('reference = "copy"')
+    assert "pool = 'grid'" in problem('pool = "grid"')
+    assert "cross = -1" in problem("cross = -1")
 
 
 def test_reference_transforms_keep_style_and_destroy_layout():

@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.sampler import with_cfg as with_cfg
     from krea2.dit.sampler import with_negative as with_negative
     from krea2.dit.served_model import ServedModel as ServedModel
+    from krea2.dit.style_cross import STYLE_POOLS as STYLE_POOLS
     from krea2.dit.style_module import StyleConfig as StyleConfig
     from krea2.dit.style_module import StyleModule as StyleModule
     from krea2.dit.style_module import StyleTokens as StyleTokens
@@ -150,6 +151,7 @@ _MODULE_OF = {
     "RequestLimits": "image_requests",
     "expand_prompt": "expander_client",
     # style references (docs/architecture.md, contract 9)
+    "STYLE_POOLS": "style_cross",
     "StyleConfig": "style_module",
     "StyleTokens": "style_module",
     "StyleModule": "style_module",

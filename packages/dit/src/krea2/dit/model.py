@@ -153,16 +153,17 @@ class Krea2DiT(nn.Module):
         last = len(self.blocks) - 1
         cross = None if style is None else style.cross
         if cross is not None:  # the module's decoupled attention, image rows only
-            a = tlen + slen
+            first = tlen + slen  # the first image row
             # in patches, as the reference's tiles are: undo RoPE position interpolation
             grid = self.cfg.rope_ref_grid / n**0.5 if self.cfg.rope_ref_grid else 1.0
-            code = sincos_at(pos[0, a : a + n, 1:] / grid, self.cfg.width)
+            code = sincos_at(pos[0, first : first + n, 1:] / grid, self.cfg.width)
+            tokens = style.tokens.to(dtype)
         for i, blk in enumerate(self.blocks):
             start = tlen + slen if i == last else 0
             if cross is not None and i < len(cross):
-                rows = x[:, a : a + n]
-                rows = rows + cross[i](rows, code, style.tokens.to(dtype), style.bias)
-                x = torch.cat([x[:, :a], rows, x[:, a + n :]], dim=1)
+                rows = x[:, first : first + n]
+                rows = rows + cross[i](rows, code, tokens, style.bias)
+                x = torch.cat([x[:, :first], rows, x[:, first + n :]], dim=1)
             x = run_block(blk, self.checkpointing, x, tvec, rope, key_mask, start)
         return self.last(x[:, :n], temb if self.cfg.modulated else None)
 

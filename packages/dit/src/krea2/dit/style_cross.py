@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from krea2.dit.layers import RMSNorm
 
-POOLS = ("attention", "tiles")  # StyleConfig.pool: learned queries, or a grid of tile means
+STYLE_POOLS = ("attention", "tiles")  # StyleConfig.pool: learned queries, or a grid of tile means
 
 
 def sincos_at(ij: Tensor, dim: int) -> Tensor:
@@ -99,4 +99,4 @@ def cross_flops(width: int, blocks: int, image_tokens: int, style_tokens: int) -
     return blocks * per
 
 
-__all__ = ["POOLS", "StyleCross", "cross_flops", "cross_params", "sincos_at", "tile_pool"]
+__all__ = ["STYLE_POOLS", "StyleCross", "cross_flops", "cross_params", "sincos_at", "tile_pool"]

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from krea2.dit.config import DiTConfig
 from krea2.dit.layers import RMSNorm, SwiGLU
 from krea2.dit.patches import patchify
-from krea2.dit.style_cross import POOLS, StyleCross, cross_params, sincos_at, tile_pool
+from krea2.dit.style_cross import STYLE_POOLS, StyleCross, cross_params, sincos_at, tile_pool
 from krea2.infra.errors import UserError
 
 STYLE_CONFIG_KEY = "krea2.dit.style_config"  # safetensors metadata entry: StyleConfig as JSON
@@ -78,8 +78,8 @@ class StyleConfig:
             )
         if not isinstance(self.cross, int) or isinstance(self.cross, bool) or self.cross < 0:
             raise UserError(f"StyleConfig cross={self.cross!r} must be a whole number >= 0")
-        if self.pool not in POOLS:
-            raise UserError(f"StyleConfig pool={self.pool!r} must be one of {list(POOLS)}")
+        if self.pool not in STYLE_POOLS:
+            raise UserError(f"StyleConfig pool={self.pool!r} must be one of {list(STYLE_POOLS)}")
         if self.pool == "tiles" and math.isqrt(self.tokens) ** 2 != self.tokens:
             raise UserError(
                 f"StyleConfig tokens={self.tokens} must be a square (4, 9, 16, ...) with "

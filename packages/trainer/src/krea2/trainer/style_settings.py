@@ -54,6 +54,12 @@ class StyleSettings:
             raise ValueError("tiles, tokens, max_refs and heads must be positive")
         if not 0.0 <= self.drop < 1.0:
             raise ValueError(f"drop = {self.drop} must be in [0, 1)")
+        from krea2.dit import STYLE_POOLS
+
+        if self.pool not in STYLE_POOLS:
+            raise ValueError(f"pool = {self.pool!r} must be one of {list(STYLE_POOLS)}")
+        if self.cross < 0:
+            raise ValueError(f"cross = {self.cross} must be >= 0 (0: no spatial path)")
 
 
 def style_settings_of(stage: StageConfig) -> StyleSettings | None:
@@ -119,13 +125,19 @@ def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torc
     """A fresh style module for a DiT of config ``dit_cfg``, seeded (every rank and layout
     builds the same weights; the global RNG is restored after)."""
     from krea2.dit import StyleConfig, StyleModule
+    from krea2.infra.errors import UserError
 
+    if settings.cross > dit_cfg.depth:  # a layer past the last block would never run
+        raise UserError(
+            f"style settings cross = {settings.cross}: the DiT {dit_cfg.name!r} has only "
+            f"{dit_cfg.depth} blocks"
+        )
     cfg = StyleConfig.for_dit(
         dit_cfg,
         tokens=settings.tokens,
         max_refs=settings.max_refs,
         heads=settings.heads,
-        cross=min(settings.cross, dit_cfg.depth),
+        cross=settings.cross,
         pool=settings.pool,
     )
     with torch.random.fork_rng(devices=[]):
