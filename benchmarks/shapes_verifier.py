@@ -6,8 +6,10 @@ jitter, colour noise and all of them at once ("model"), each kind at a mild, a m
 (blur, round, ragged) a stress strength (``krea2.curate.shapes.verifier_validation``). For
 every object: the verifier's shape read and its template-IoU margin. Reported: the
 confusion (true shape vs read) without and with the unclear verdict, accuracy per
-degradation and resolution, and the unclear margin recomputed from ``--calibration-scenes``
-scenes of the "model" degradation (the rule ``detect.UNCLEAR_MARGIN`` was set by).
+degradation and resolution, the unclear margin recomputed from ``--calibration-scenes``
+scenes of the "model" degradation (the rule ``detect.UNCLEAR_MARGIN`` was set by), and the
+clean, blurred and "model" reads again with the same scenes on the style stage's
+backgrounds.
 
 Run from the root: ``uv run --frozen python -m benchmarks.shapes_verifier`` (under 2
 minutes on 2 cores, ~70 s of CPU). Writes benchmarks/results/shapes-verifier.json and the
@@ -39,6 +41,8 @@ from krea2.curate.shapes.verifier_validation import (
 )
 
 READS = [*SHAPES, "unclear", "missed"]
+# Degradations also read on the style stage's backgrounds (validate(backgrounds="styled")).
+STYLED_KINDS = ("clean", "blur", "model")
 
 
 def _init_worker() -> None:
@@ -48,13 +52,16 @@ def _init_worker() -> None:
 
 
 def _run(job: tuple[str, int, int, int, str]) -> list[ShapeRead]:
-    """One share of the work: the validation of one resolution and degradation kind, or
-    the calibration reads of one resolution (every share draws its own random streams, so
-    the split does not change a read)."""
+    """One share of the work: the validation of one resolution and degradation kind (on
+    the world's backgrounds or, ``styled``, the style stage's), or the calibration reads of
+    one resolution (every share draws its own random streams, so the split does not change
+    a read)."""
     what, n, seed, size, kind = job
     if what == "calibration":
         return calibration_reads(n, seed, resolutions=(size,))
-    return validate(n, seed, resolutions=(size,), degradations={kind: DEGRADATIONS[kind]})
+    backgrounds = "styled" if what == "styled" else "world"
+    return validate(n, seed, resolutions=(size,), degradations={kind: DEGRADATIONS[kind]},
+                    backgrounds=backgrounds)  # fmt: skip
 
 
 def _rounded(d: dict) -> dict:
@@ -66,10 +73,12 @@ def measure(scenes: int, seed: int, calibration_scenes: int, workers: int) -> di
     jobs = [("calibration", calibration_scenes, seed, z, "model") for z in RESOLUTIONS]
     jobs = jobs if calibration_scenes else []
     jobs += [("validation", scenes, seed, z, k) for z in RESOLUTIONS for k in DEGRADATIONS]
+    jobs += [("styled", scenes, seed, z, k) for z in RESOLUTIONS for k in STYLED_KINDS]
     with ProcessPoolExecutor(workers, initializer=_init_worker) as pool:
         parts = dict(zip(jobs, pool.map(_run, jobs), strict=True))
     cal = [r for job, part in parts.items() if job[0] == "calibration" for r in part]
     reads = [r for job, part in parts.items() if job[0] == "validation" for r in part]
+    styled = [r for job, part in parts.items() if job[0] == "styled" for r in part]
     seconds = time.perf_counter() - start
     kept = [r for r in reads if not r.stress]
     stress = [r for r in reads if r.stress]
@@ -92,6 +101,16 @@ def measure(scenes: int, seed: int, calibration_scenes: int, workers: int) -> di
                     }
                 )
             rows.append(row)
+    by_background = []
+    for kind in STYLED_KINDS:
+        for strength in DEGRADATIONS[kind]:
+            row = {"kind": kind, "strength": strength}
+            for size in RESOLUTIONS:
+                key = (kind, strength, size)
+                pair = [[r for r in rs if (r.kind, r.strength, r.resolution) == key]
+                        for rs in (reads, styled)]  # fmt: skip
+                row[str(size)] = [round(summarize(p, UNCLEAR_MARGIN)["passed"], 4) for p in pair]
+            by_background.append(row)
     per_shape = {
         s: _rounded(summarize([r for r in kept if r.true_shape == s], UNCLEAR_MARGIN))
         | {"forced": round(summarize([r for r in kept if r.true_shape == s], 0.0)["forced"], 4)}
@@ -121,6 +140,7 @@ def measure(scenes: int, seed: int, calibration_scenes: int, workers: int) -> di
         },
         "per_shape": per_shape,
         "per_degradation": rows,
+        "by_background": by_background,
     }
 
 
@@ -182,7 +202,26 @@ def markdown(res: dict) -> str:
         + "\n\nPer degradation (strength units in the module docstring): forced accuracy / "
         "accuracy of the decided reads / unclear share, %, by resolution:\n\n"
         + table(["kind", "strength", *(f"{z} px" for z in RESOLUTIONS)], deg_rows)
+        + background_section(res)
         + f"\n\n{res['seconds']} s with {res.get('workers', 2)} worker processes."
+    )
+
+
+def background_section(res: dict) -> str:
+    """The shapes read right and clear on the world's backgrounds against the style
+    stage's, the same scenes and objects (absent from results written before it)."""
+    rows = res.get("by_background")
+    if not rows:
+        return ""
+    body = [[r["kind"], r["strength"]]
+            + [f"{_pct(r[str(z)][0])} → {_pct(r[str(z)][1])}" for z in RESOLUTIONS]
+            for r in rows]  # fmt: skip
+    return (
+        '\n\nThe same scenes on the style stage\'s backgrounds (`backgrounds="styled"`: '
+        "solid, gradient or texture in any background colour, the objects unchanged), so a "
+        "style module's content score reads its objects, not its background: shapes read "
+        "right and clear, %, world's backgrounds → styled, by resolution:\n\n"
+        + table(["kind", "strength", *(f"{z} px" for z in RESOLUTIONS)], body)
     )
 
 

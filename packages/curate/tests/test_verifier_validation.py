@@ -92,3 +92,25 @@ def test_the_unclear_margin_gives_the_stated_accuracy_on_its_calibration_set(
     # Recomputed cheaply on this share of the set, the calibration lands near the constant
     # (the full 2000 scenes give it exactly: benchmarks/shapes_verifier.py).
     assert abs(vv.calibrate_margin(calibration_subset) - UNCLEAR_MARGIN) <= 0.015
+
+
+def test_styled_backgrounds_read_as_well_as_the_worlds():
+    # The style stage scores samples on gradients, textures and its colours with this
+    # verifier: a degraded object must read as well there, or a style module's content
+    # score would measure its background.
+    model = {"model": (1.0,)}
+    world = vv.summarize(vv.validate(150, 7, resolutions=(64,), degradations=model))
+    reads = vv.validate(150, 7, resolutions=(64,), degradations=model, backgrounds="styled")
+    styled = vv.summarize(reads)
+    assert styled["found"] >= 0.99 * styled["n"] and styled["n"] == world["n"]
+    assert styled["decided"] >= 0.98
+    assert styled["passed"] >= world["passed"] - 0.03
+    # the same objects as the world's, on backgrounds of every kind
+    plain = vv.validate(150, 7, resolutions=(64,), degradations=CLEAN)
+    drawn = vv.validate(150, 7, resolutions=(64,), degradations=CLEAN, backgrounds="styled")
+    assert [r.true_shape for r in drawn] == [r.true_shape for r in plain]
+    assert vv.summarize(drawn)["passed"] == 1.0
+    kinds = {shapes.sample_style(np.random.default_rng([7, 2, i])).kind for i in range(150)}
+    assert kinds == set(shapes.BACKGROUND_KINDS)
+    with pytest.raises(ValueError, match="backgrounds"):
+        vv.validate(1, 0, backgrounds="photo")

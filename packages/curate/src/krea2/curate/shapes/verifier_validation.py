@@ -15,6 +15,11 @@ the first three) a stress strength:
 - ``model``: all of them at once, each at a random strength up to its medium one: the
   kind that looks most like samples, on which ``detect.UNCLEAR_MARGIN`` is calibrated.
 
+With ``backgrounds="styled"`` every scene is drawn on a background of the style stage's
+(:func:`krea2.curate.shapes.sample_style`: solid, gradient or texture in any background
+colour) instead of its own, the objects unchanged: the verifier must read a sample on those
+as well as on the world's, or a style module's content score would measure the background.
+
 Every read records the template-IoU margin of the best shape over the runner-up, so one
 validation run scores any unclear margin (:func:`summarize`, :func:`confusion`) and
 calibrates it (:func:`calibrate_margin`). Everything is seeded; 300 scenes of every kind
@@ -24,7 +29,7 @@ at 32, 64 and 128 px take about a minute of CPU (``benchmarks/shapes_verifier.py
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
@@ -34,6 +39,7 @@ from krea2.curate.shapes.detect import UNCLEAR_MARGIN, detect_objects
 from krea2.curate.shapes.render import draw_shape, object_box, render
 from krea2.curate.shapes.sample import sample_scene
 from krea2.curate.shapes.spec import COLORS, SHAPES, SIZES, Scene, ShapeObject
+from krea2.curate.shapes.styles import sample_style
 
 # Strengths per kind (see the module docstring for the units); "model" draws its own.
 DEGRADATIONS: dict[str, tuple[float, ...]] = {
@@ -46,6 +52,7 @@ DEGRADATIONS: dict[str, tuple[float, ...]] = {
     "model": (1.0,),
 }
 RESOLUTIONS: tuple[int, ...] = (32, 64, 128)
+BACKGROUNDS: tuple[str, ...] = ("world", "styled")  # see the module docstring
 TARGET_ACCURACY = 0.99  # the accuracy the calibrated margin must give the shapes it decides
 MARGIN_STEP = 0.005  # the grid of candidate margins
 # detect.UNCLEAR_MARGIN = calibrate_margin(calibration_reads()): the "model" degradation,
@@ -184,14 +191,24 @@ def validate(
     resolutions: Sequence[int] = RESOLUTIONS,
     degradations: dict[str, tuple[float, ...]] | None = None,
     shapes: Sequence[str] = SHAPES,
+    backgrounds: str = "world",
 ) -> list[ShapeRead]:
     """Every object's read on ``n_scenes`` seeded scenes (1–3 objects of ``shapes``, all
     sizes and backgrounds) rendered at each resolution and degraded by each kind and
     strength. The same seed gives the same reads, and each (resolution, kind, strength,
-    scene) its own random stream, so a subset of them reads as in the whole run."""
+    scene) its own random stream, so a subset of them reads as in the whole run.
+    ``backgrounds="styled"``: the same scenes on the style stage's backgrounds, scene i's
+    drawn from its own stream (module docstring)."""
+    if backgrounds not in BACKGROUNDS:
+        raise ValueError(f"backgrounds {backgrounds!r} is not one of {BACKGROUNDS}")
     degradations = DEGRADATIONS if degradations is None else degradations
     scene_rng = np.random.default_rng([seed, 0])
     scenes = [sample_scene(scene_rng, shapes=shapes, sizes=tuple(SIZES)) for _ in range(n_scenes)]
+    if backgrounds == "styled":
+        styles = [sample_style(np.random.default_rng([seed, 2, i])) for i in range(n_scenes)]
+        scenes = [
+            replace(sc, background=st.background()) for sc, st in zip(scenes, styles, strict=True)
+        ]
     kind_ids = {k: i for i, k in enumerate(DEGRADATIONS)}
     reads: list[ShapeRead] = []
     for size in resolutions:
