@@ -20,8 +20,9 @@ from krea2.dit.model import Krea2DiT
 from krea2.dit.pixel_ae import PixelAE
 from krea2.dit.release import read_dit_config, read_model_folder
 from krea2.dit.sample_plan import plan_sample
+from krea2.dit.sampler import dit_velocity
 from krea2.dit.style_module import StyleConfig, StyleModule, StyleTokens, save_style_module
-from krea2.dit.style_refs import parse_style_ref, style_reference_latents
+from krea2.dit.style_refs import parse_style_ref, parse_style_times, style_reference_latents
 from krea2.dit.testing import randomize, write_tiny_model_folder
 from krea2.dit.weights import save_weights
 from krea2.infra.errors import UserError
@@ -58,6 +59,30 @@ def test_a_style_ref_is_a_path_and_an_optional_strength(spec, want):
 def test_bad_style_refs_are_user_errors(spec):
     with pytest.raises(UserError, match="style-ref"):
         parse_style_ref(spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"), [("0:0.8", (0.0, 0.8)), ("0.2:1", (0.2, 1.0)), ("0.5:0.5", (0.5, 0.5))]
+)
+def test_style_times_are_two_flow_times(spec, want):
+    assert parse_style_times(spec) == want
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("0.8", "write LO:HI"),
+        ("late:early", "write LO:HI"),
+        ("0.8:0.2", "0 <= LO <= HI <= 1"),
+        ("-0.1:0.5", "0 <= LO <= HI <= 1"),
+        ("0:1.5", "0 <= LO <= HI <= 1"),
+        ("nan:1", "0 <= LO <= HI <= 1"),
+    ],
+)
+def test_bad_style_times_are_one_line_user_errors(spec, words):
+    with pytest.raises(UserError, match=words) as e:
+        parse_style_times(spec)
+    assert "\n" not in str(e.value)
 
 
 def test_reference_latents_cover_the_size_without_stretching(tmp_path):
@@ -154,6 +179,37 @@ def test_style_conditions_both_halves_of_cfg(toy, monkeypatch):
         assert torch.equal(got.bias[row], tokens.bias[0])
 
 
+def test_style_times_keep_the_reference_to_their_window(toy):
+    model, style = toy
+    args = (model, PromptEncoder(), PixelAE(), ["a", "b"], 16, 16)
+    tokens = tokens_for(style, [1.0, 0.5])
+    plain = generate(*args, steps=4, cfg=2.0)
+    styled = generate(*args, steps=4, cfg=2.0, style=tokens)
+    # the whole range is every step; t = 0 alone is no Euler step: the exact plain path
+    assert torch.equal(generate(*args, steps=4, cfg=2.0, style=tokens, style_times=(0, 1)), styled)
+    assert torch.equal(generate(*args, steps=4, cfg=2.0, style=tokens, style_times=(0, 0)), plain)
+    late = generate(*args, steps=4, cfg=2.0, style=tokens, style_times=(0.0, 0.6))
+    assert not torch.allclose(late, plain, atol=1e-4) and not torch.allclose(
+        late, styled, atol=1e-4
+    )
+    with pytest.raises(UserError, match="0 <= LO <= HI <= 1"):
+        generate(*args, steps=1, style=tokens, style_times=(0.9, 0.1))
+
+
+def test_rows_at_different_times_each_take_their_own_path(toy):
+    model, style = toy
+    txt, mask = PromptEncoder().encode(["a", "b"])
+    tokens = tokens_for(style, [1.0, 1.0]).broadcast(2)
+    x = torch.randn(2, model.cfg.latent_channels, 8, 8, generator=torch.Generator().manual_seed(0))
+    t = torch.tensor([0.9, 0.3])
+    timed = dit_velocity(model, txt, mask, style=tokens, style_times=(0.0, 0.5))(x, t)
+    plain = dit_velocity(model, txt, mask)(x, t)
+    styled = dit_velocity(model, txt, mask, style=tokens)(x, t)
+    torch.testing.assert_close(timed[0], plain[0])
+    torch.testing.assert_close(timed[1], styled[1])
+    assert not torch.allclose(plain[1], styled[1], atol=1e-4)
+
+
 def test_generate_takes_the_tokens_of_one_image(toy):
     model, _ = toy
     two = StyleTokens(torch.zeros(2, 4, model.cfg.width), torch.zeros(2, 4))
@@ -195,13 +251,15 @@ def test_sample_with_a_style_reference(files, tmp_path):
         "plain": [],
         "styled": [*module, "--style-ref", f"{ref}:0.7"],
         "zero": [*module, "--style-ref", f"{ref}:0", "--style-ref", f"{ref}:0"],
+        "never": [*module, "--style-ref", f"{ref}:0.7", "--style-times", "0:0"],
     }
     for name, extra in runs.items():
         res = sample(files, tmp_path / name, *extra)
         assert res.exit_code == 0, res.output
-    png = {n: (tmp_path / n / "000-seed0.png").read_bytes() for n in ("plain", "styled", "zero")}
+    png = {n: (tmp_path / n / "000-seed0.png").read_bytes() for n in runs}
     assert png["styled"] != png["plain"]
     assert png["zero"] == png["plain"]  # strength 0: the exact path without references
+    assert png["never"] == png["plain"]  # timed out of every step: the same exact path
 
 
 @pytest.mark.parametrize(
@@ -216,6 +274,12 @@ def test_sample_with_a_style_reference(files, tmp_path):
             "width 32, latent_channels 4, patch 2 but the DiT",
         ),
         (["--style-module", "REF", "--style-ref", "REF"], "cannot read style module"),
+        (
+            ["--style-module", "STYLE", "--style-ref", "REF", "--style-times", "0.8:0.2"],
+            "0 <= LO <= HI <= 1",
+        ),
+        (["--style-module", "STYLE", "--style-ref", "REF", "--style-times", "late"], "write LO:HI"),
+        (["--style-times", "0:0.8"], "--style-times needs a --style-ref"),
     ],
 )
 def test_bad_style_input_is_one_error_line(files, tmp_path, extra, words):

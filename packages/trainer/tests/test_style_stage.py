@@ -222,13 +222,21 @@ def test_train_sample_takes_style_references_and_refuses_bad_ones(tmp_path, one_
     done = sample("--stage", "style", "--style-ref", f"{ref}:0.5", "--style-ref", str(ref))
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "out" / "grid.png").exists()
+    styled = (tmp_path / "out" / "p00-s0.png").read_bytes()
     zero = sample("--stage", "style", "--style-ref", f"{ref}:0")
     plain = sample("--stage", "style")
     assert zero.returncode == plain.returncode == 0
+    unstyled = (tmp_path / "out" / "p00-s0.png").read_bytes()
+    # timed out of every Euler step (t = 0 is none): the exact path without references
+    never = sample("--stage", "style", "--style-ref", str(ref), "--style-times", "0:0")
+    assert never.returncode == 0, never.stderr[-2000:]
+    assert (tmp_path / "out" / "p00-s0.png").read_bytes() == unstyled != styled
     for problem, args in [
         ("needs a style stage", ("--stage", "pretrain", "--style-ref", str(ref))),
         ("bad.png", ("--stage", "style", "--style-ref", str(bad))),
         ("strength", ("--stage", "style", "--style-ref", f"{ref}:-1")),
+        ("LO:HI", ("--stage", "style", "--style-ref", str(ref), "--style-times", "late")),
+        ("needs a --style-ref", ("--stage", "style", "--style-times", "0:1")),
     ]:
         failed = sample(*args)
         assert failed.returncode != 0 and problem in failed.stderr, failed.stderr[-2000:]

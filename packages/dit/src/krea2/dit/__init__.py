@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.sampler import euler_step as euler_step
     from krea2.dit.sampler import from_x0 as from_x0
     from krea2.dit.sampler import seeded_noise as seeded_noise
+    from krea2.dit.sampler import timed_style as timed_style
     from krea2.dit.sampler import with_cfg as with_cfg
     from krea2.dit.sampler import with_negative as with_negative
     from krea2.dit.served_model import ServedModel as ServedModel
@@ -78,7 +79,9 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.style_module import load_style_module as load_style_module
     from krea2.dit.style_module import save_style_module as save_style_module
     from krea2.dit.style_module import style_module_params as style_module_params
+    from krea2.dit.style_refs import check_style_times as check_style_times
     from krea2.dit.style_refs import parse_style_ref as parse_style_ref
+    from krea2.dit.style_refs import parse_style_times as parse_style_times
     from krea2.dit.style_refs import style_reference_latents as style_reference_latents
     from krea2.dit.text import EmbeddingCache as EmbeddingCache
     from krea2.dit.text import TextEncoder as TextEncoder
@@ -136,6 +139,7 @@ _MODULE_OF = {
     "euler_step": "sampler",
     "euler_sample": "sampler",
     "seeded_noise": "sampler",
+    "timed_style": "sampler",
     "generate": "generation",
     "save_pngs": "generation",
     "parse_size": "generation",
@@ -159,6 +163,8 @@ _MODULE_OF = {
     "load_style_module": "style_module",
     "style_module_params": "style_module",
     "parse_style_ref": "style_refs",
+    "parse_style_times": "style_refs",
+    "check_style_times": "style_refs",
     "style_reference_latents": "style_refs",
     # packing latents into tokens
     "patchify": "patches",

@@ -103,6 +103,12 @@ def sample(
         help="Style-reference module (.safetensors) made for this DiT (default: --model's "
         "style.safetensors).",
     ),
+    style_times: str = typer.Option(
+        None,
+        help="LO:HI: the style references act only while the flow time is in [LO, HI] "
+        "(1 = noise, 0 = the image), IP-Adapter's start/end; 0:0.8 leaves the first steps, "
+        "where objects are laid out, to the prompt. Default: every step.",
+    ),
     lora: list[str] = typer.Option(
         None,
         help="LoRA adapter FILE[:SCALE] (default scale 1): a .safetensors from `krea2 train "
@@ -125,16 +131,18 @@ def sample(
     Example: krea2 dit sample --weights toy.safetensors --prompt "a red circle" --size 32x32
     --steps 20 --cfg 2 --seed 0 --text-tokens 32 --out out/
     (add --style-ref ref.png:0.7 --style-module style.safetensors for a style reference,
-    --lora maroon.safetensors:0.8 for an adapter)
+    --style-times 0:0.8 to keep it out of the first steps, --lora maroon.safetensors:0.8 for
+    an adapter)
     """
     from krea2.dit.components import load_autoencoder, load_text_encoder
     from krea2.dit.generation import generate, parse_size, save_pngs
     from krea2.dit.lora_files import applied, load_lora, parse_lora_spec
     from krea2.dit.sample_plan import plan_sample
     from krea2.dit.style_module import load_style_module
-    from krea2.dit.style_refs import load_style_refs, reference_tokens
+    from krea2.dit.style_refs import load_style_refs, parse_style_times, reference_tokens
     from krea2.dit.weight_quant import check_weight_quant, quantize_block_linears
     from krea2.dit.weights import from_pretrained
+    from krea2.infra.errors import UserError
 
     w, h = parse_size(size)
     plan = plan_sample(
@@ -143,6 +151,9 @@ def sample(
         cfg=cfg, style_module=style_module,
     )  # fmt: skip
     refs, said = load_style_refs(style_ref or [], plan)  # before any weights load
+    times = None if style_times is None else parse_style_times(style_times)
+    if times is not None and not refs:
+        raise UserError("--style-times needs a --style-ref to time")
     if said:
         typer.echo(said, err=True)
     adapters = []
@@ -168,6 +179,7 @@ def sample(
             net, enc, autoenc, prompt, w, h, steps=plan.steps, cfg=plan.cfg, seed=seed,
             mu=plan.time_shift, negative=negative, prediction=plan.prediction,
             x0_min_t=plan.x0_min_t, batch_size=batch_size, progress=True, style=style,
+            style_times=times,
         )  # fmt: skip
     for p in save_pngs(images, out, [seed + i for i in range(len(prompt))]):
         typer.echo(str(p))

@@ -22,6 +22,7 @@ from krea2.dit.sampler import (
     with_negative,
 )
 from krea2.dit.style_module import StyleTokens
+from krea2.dit.style_refs import check_style_times
 from krea2.dit.text import TextEncoder
 from krea2.infra.errors import UserError
 
@@ -60,6 +61,7 @@ def generate(
     progress: bool = False,
     style: StyleTokens | None = None,
     seeds: Sequence[int] | None = None,
+    style_times: tuple[float, float] | None = None,
 ) -> Tensor:
     """Images [B, 3, H, W] in [-1, 1] on the CPU; image i uses seed + i, or `seeds[i]`
     when `seeds` (one per prompt) is given (a server batching requests with their own seeds).
@@ -74,7 +76,9 @@ def generate(
     `style_reference_latents`), broadcast to every image. Under CFG they condition both
     halves, the prompt and the negative, so guidance amplifies the prompt, not the
     reference (the reference's weight is its strength alone). None: no reference, the exact
-    path without style.
+    path without style. `style_times` (lo, hi): the reference acts only while the flow time
+    t is in [lo, hi] (1 = noise; 0 <= lo <= hi <= 1), the exact path without it elsewhere;
+    None: at every step.
     """
     from krea2.infra.progress import progress as progress_bar
 
@@ -96,6 +100,8 @@ def generate(
             f"generate takes the style tokens of one image ([1, S, D]), got "
             f"{tuple(style.tokens.shape)}; they are broadcast to every prompt"
         )
+    if style_times is not None:
+        style_times = check_style_times(style_times)
     tokens = (height // factor) * (width // factor)
     shift = mu if isinstance(mu, flow.TimeShift) else flow.TimeShift(fixed=mu)
     times = flow.sampling_times(steps, shift.mu(tokens))
@@ -114,7 +120,8 @@ def generate(
         for start in starts:
             batch = prompts[start : start + size]
             noise = _noise(model, ae, seeds[start : start + len(batch)], width, height)
-            velocity = _velocity(model, encoder, batch, cfg, negative, prediction, x0_min_t, style)
+            velocity = _velocity(model, encoder, batch, cfg, negative, prediction, x0_min_t,
+                                 style, style_times)  # fmt: skip
             latents = euler_sample(
                 velocity, noise, times,
                 on_step=lambda i, x: bar.advance(),
@@ -138,9 +145,11 @@ def _velocity(
     prediction: str,
     x0_min_t: float,
     style: StyleTokens | None = None,
+    style_times: tuple[float, float] | None = None,
 ) -> Velocity:
     """The velocity of `model` conditioned on `prompts` (and on `negative` under CFG), and
-    on the one-image `style` tokens for every row (both CFG halves)."""
+    on the one-image `style` tokens for every row (both CFG halves) while the flow time is
+    within `style_times` (None: always)."""
     p = next(model.parameters())
     txt, mask = encoder.encode(prompts)
     txt, mask = txt.to(p.device, p.dtype), mask.to(p.device)
@@ -149,7 +158,8 @@ def _velocity(
         txt, mask = with_negative(txt, mask, neg_txt.to(p.device, p.dtype), neg_mask.to(p.device))
     if style is not None:  # one image's tokens for every row of the (doubled) batch
         style = style.to(p.device, p.dtype).broadcast(txt.shape[0])
-    velocity = dit_velocity(model, txt, mask, pack_text=True, style=style)  # eager: skip pads
+    # eager: pack_text skips the pads
+    velocity = dit_velocity(model, txt, mask, pack_text=True, style=style, style_times=style_times)
     if prediction == "x0":
         velocity = from_x0(velocity, x0_min_t)
     return with_cfg(velocity, cfg) if cfg != 0 else velocity

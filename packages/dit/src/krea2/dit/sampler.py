@@ -27,17 +27,42 @@ def dit_velocity(
     txt_mask: Tensor | None = None,
     pack_text: bool = False,
     style: StyleTokens | None = None,
+    style_times: tuple[float, float] | None = None,
 ) -> Velocity:
     """`model` conditioned on txt [B, T, taps, dim] (mask [B, T] bool, True = valid token).
 
     `pack_text` drops padded text tokens before the blocks (eager inference; see
     `Krea2DiT.forward`). `style`: StyleTokens for the same B rows (None: no reference).
+    `style_times` (lo, hi): the style acts only on rows whose flow time t has
+    lo <= t <= hi; the others take the exact path without it (None: every t). IP-Adapter's
+    start/end: objects and colours are laid out in the first steps, fine texture in the
+    last (docs/design/demo.md, "Where the spatial path's content cost comes from").
     """
 
-    def velocity(x: Tensor, t: Tensor) -> Tensor:
-        if style is None:
-            return model.velocity(x, txt, t, txt_mask, pack_text=pack_text)
+    def plain(x: Tensor, t: Tensor) -> Tensor:
+        return model.velocity(x, txt, t, txt_mask, pack_text=pack_text)
+
+    def styled(x: Tensor, t: Tensor) -> Tensor:
         return model.velocity(x, txt, t, txt_mask, pack_text=pack_text, style=style)
+
+    if style is None:
+        return plain
+    return styled if style_times is None else timed_style(styled, plain, style_times)
+
+
+def timed_style(styled: Velocity, plain: Velocity, times: tuple[float, float]) -> Velocity:
+    """`styled` on the rows whose flow time t [B] has lo <= t <= hi (`times` = (lo, hi)),
+    `plain` (the same model without the references) on the others. An Euler step puts every
+    row at one t, so a step calls one of the two; rows at different times call both."""
+    lo, hi = times
+
+    def velocity(x: Tensor, t: Tensor) -> Tensor:
+        on = (t >= lo) & (t <= hi)  # [B]
+        if bool(on.all()):
+            return styled(x, t)
+        if not bool(on.any()):
+            return plain(x, t)
+        return torch.where(on.view(-1, *[1] * (x.dim() - 1)), styled(x, t), plain(x, t))
 
     return velocity
 

@@ -43,6 +43,35 @@ def parse_style_ref(spec: str) -> tuple[Path, float]:
     return Path(path), strength
 
 
+def check_style_times(times: tuple[float, float]) -> tuple[float, float]:
+    """(lo, hi) flow times with 0 <= lo <= hi <= 1 (1 = noise), as floats; UserError else."""
+    try:
+        lo, hi = (float(v) for v in times)
+    except (TypeError, ValueError):
+        raise UserError(f"style times {times!r} must be two numbers LO:HI") from None
+    if not (0.0 <= lo <= hi <= 1.0):  # also refuses nan
+        raise UserError(
+            f"style times {lo:g}:{hi:g} must be flow times with 0 <= LO <= HI <= 1 (1 = noise; "
+            "0:0.8 = the last steps only)"
+        )
+    return lo, hi
+
+
+def parse_style_times(spec: str) -> tuple[float, float]:
+    """'0:0.8' -> (0.0, 0.8): the flow times (1 = noise) between which the references act
+    (``--style-times``); UserError (one line) for anything else."""
+    lo, sep, hi = spec.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        times = (float(lo), float(hi))
+    except ValueError:
+        raise UserError(
+            f"--style-times {spec!r}: write LO:HI, flow times in [0, 1] (1 = noise), e.g. 0:0.8"
+        ) from None
+    return check_style_times(times)
+
+
 def open_style_image(image: PILImage.Image | np.ndarray | str | Path) -> PILImage.Image:
     """An RGB PIL image from a PIL image, a uint8 array [H, W] or [H, W, 3|4], or a path;
     UserError (one line) for an unreadable or corrupt file or an unusable array."""

@@ -303,6 +303,12 @@ def sample(
         help="a style reference IMG[:STRENGTH] (repeatable; strength >= 0, default 1) for a "
         "style stage's module",
     ),
+    style_times: str = typer.Option(
+        None,
+        "--style-times",
+        help="LO:HI: the references act only while the flow time is in [LO, HI] (1 = noise), "
+        "e.g. 0:0.8 keeps them out of the first steps (default: every step)",
+    ),
     size: str = typer.Option(
         None,
         "--size",
@@ -322,11 +328,12 @@ def sample(
     Example: krea2 train sample runs/toy-pretrain --stage p32 --prompt "blob 3 in cell 4"
     --seeds 0,1 --steps 20 --out samples/
     """
-    from krea2.dit import parse_size, parse_style_ref
+    from krea2.dit import parse_size, parse_style_ref, parse_style_times
     from krea2.infra.errors import UserError
     from krea2.trainer.inference import sample_run
 
     refs = [parse_style_ref(spec) for spec in style_ref or []]
+    times = parse_style_times(style_times) if style_times is not None else None
     wh = parse_size(size) if size else None
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -349,5 +356,5 @@ def sample(
         for p, e in zip(prompt, expanded, strict=True):
             typer.echo(f"{p!r} -> {e!r}")
         prompt = expanded
-    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg, refs, wh)
+    grid = sample_run(run_dir, prompt, out, stage, at, seed_list, steps, cfg, refs, wh, times)
     typer.echo(f"wrote {len(prompt) * len(seed_list)} images and {grid}")

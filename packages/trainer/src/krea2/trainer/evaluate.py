@@ -100,6 +100,7 @@ def sample_grid(
     mu: float,
     on_step: Callable[[], None] | None = None,
     style: tuple[Tensor, Tensor] | None = None,
+    style_times: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """Images for every (prompt, seed), uint8 [len(prompts), len(seeds), H, W, 3].
 
@@ -107,10 +108,12 @@ def sample_grid(
     ``on_step()`` is called after each of the ``steps * len(seeds)`` Euler steps.
     ``style``: (reference latents [P or 1, R, C, h, w], strengths [P or 1, R]) for the
     module's style module, per prompt (or one set for all); with CFG both halves see them,
-    so guidance amplifies the prompt, not the reference. Several seeds share a forward
+    so guidance amplifies the prompt, not the reference; ``style_times`` (lo, hi): only
+    while the flow time is in [lo, hi] (:func:`krea2.dit.timed_style`; None: every step).
+    Several seeds share a forward
     (:func:`seeds_per_forward`); an image is the same whichever others share it.
     """
-    from krea2.dit import flow
+    from krea2.dit import check_style_times, flow, timed_style
     from krea2.dit.pixel_ae import to_uint8
     from krea2.dit.sampler import euler_sample, seeded_noise, with_cfg
 
@@ -130,6 +133,8 @@ def sample_grid(
         if module.style is None:
             raise UserError("style references given to a module without a style module")
         refs, strengths = (v.to(device) for v in style)
+        if style_times is not None:
+            style_times = check_style_times(style_times)
         refs = refs.to(dtype).expand(len(prompts), *refs.shape[1:])
         strengths = strengths.float().expand(len(prompts), strengths.shape[-1])
 
@@ -147,7 +152,11 @@ def sample_grid(
         def module_velocity(x, t):  # the module encodes its captions itself
             return module(x, t, captions, None, **extra)[0]
 
-        return with_cfg(module_velocity, cfg_scale) if cfg_scale != 0 else module_velocity
+        velocity = module_velocity
+        if extra and style_times is not None:
+            velocity = timed_style(module_velocity, lambda x, t: module(x, t, captions)[0],
+                                   style_times)  # fmt: skip
+        return with_cfg(velocity, cfg_scale) if cfg_scale != 0 else velocity
 
     velocities: dict[int, Callable] = {}
     per_seed = []

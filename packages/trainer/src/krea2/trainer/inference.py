@@ -129,11 +129,13 @@ def sample_module(
     on_step: Callable[[], None] | None = None,
     style: tuple[Tensor, Tensor] | None = None,
     size: tuple[int, int] | None = None,
+    style_times: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """:func:`sample_stage` with the stage's module already loaded; ``on_step()`` follows
     each of the ``steps * len(seeds)`` Euler steps. ``size``: (width, height) in pixels,
     each a multiple of the autoencoder's factor × the patch (None: the stage's square
-    resolution); the time shift follows its token count, as in training's buckets."""
+    resolution); the time shift follows its token count, as in training's buckets.
+    ``style_times``: the flow times (lo, hi) between which ``style`` acts (None: always)."""
     stage = job.stages[stage_index]
     device = next(module.parameters()).device
     ae = build_autoencoder(job.model, device)
@@ -146,8 +148,9 @@ def sample_module(
         )
     mu = stage_mu(stage.time_shift, (w // cell) * (h // cell))
     return sample_grid(
-        module, ae, prompts, seeds, (w, h), steps, cfg_scale, mu, on_step, style=style
-    )
+        module, ae, prompts, seeds, (w, h), steps, cfg_scale, mu, on_step, style=style,
+        style_times=style_times,
+    )  # fmt: skip
 
 
 def encode_images(job: JobConfig, images: np.ndarray, device: str = "cpu") -> Tensor:
@@ -240,12 +243,14 @@ def sample_run(
     cfg_scale: float | None = None,
     style_refs: list[tuple[Path, float]] | None = None,
     size: tuple[int, int] | None = None,
+    style_times: tuple[float, float] | None = None,
 ) -> Path:
     """Sample a run's checkpoint the way its trainer does and write ``out/grid.png`` (the
     prompts written under their rows, settings in ``grid.json``) and one PNG per image,
     ``p<row>-s<seed>.png``. ``steps``/``cfg_scale`` None: the stage's own sampling (a
     distilled student's steps without CFG), else 20 steps at CFG 2. ``style_refs``:
-    (image, strength) references for a style stage's module. ``size``: (width, height),
+    (image, strength) references for a style stage's module, acting while the flow time is
+    within ``style_times`` (lo, hi; None: always). ``size``: (width, height),
     None: the stage's square resolution. Shows progress (a bar on a terminal). Returns the
     grid's path."""
     from PIL import Image
@@ -264,12 +269,15 @@ def sample_run(
     own = stage_sampling(job.stages[index]) or {"steps": 20, "cfg": 2.0}
     steps = own["steps"] if steps is None else steps
     cfg_scale = own["cfg"] if cfg_scale is None else cfg_scale
+    if style_times is not None and not style_refs:
+        raise UserError("--style-times needs a --style-ref to time")
     style = _style_inputs(job, index, style_refs) if style_refs else None
     module = load_stage_module(job, index, trained=True, step=step)
     with progress(f"sample {name}", steps * len(seeds), unit="step") as bar:
         images = sample_module(
-            job, index, module, prompts, seeds, steps, cfg_scale, bar.advance, style, size
-        )
+            job, index, module, prompts, seeds, steps, cfg_scale, bar.advance, style, size,
+            style_times,
+        )  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     for i in range(len(prompts)):
         for j, seed in enumerate(seeds):
@@ -284,6 +292,7 @@ def sample_run(
         "size": list(images.shape[3:1:-1]),  # width, height
         "conditioning": conditioning_record(job, job.stages[index]),
         "style_refs": [[str(p), s] for p, s in style_refs or []],
+        "style_times": list(style_times) if style_times is not None else None,
     }
     return save_grid(images, prompts, out / "grid.png", info)
 
