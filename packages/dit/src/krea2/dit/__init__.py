@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.sample_plan import SamplePlan as SamplePlan
     from krea2.dit.sample_plan import plan_sample as plan_sample
     from krea2.dit.sampler import Velocity as Velocity
+    from krea2.dit.sampler import check_style_times as check_style_times
     from krea2.dit.sampler import dit_velocity as dit_velocity
     from krea2.dit.sampler import euler_sample as euler_sample
     from krea2.dit.sampler import euler_step as euler_step
@@ -79,7 +80,6 @@ if TYPE_CHECKING:  # the real types for type checkers (``X as X``: re-exported)
     from krea2.dit.style_module import load_style_module as load_style_module
     from krea2.dit.style_module import save_style_module as save_style_module
     from krea2.dit.style_module import style_module_params as style_module_params
-    from krea2.dit.style_refs import check_style_times as check_style_times
     from krea2.dit.style_refs import parse_style_ref as parse_style_ref
     from krea2.dit.style_refs import parse_style_times as parse_style_times
     from krea2.dit.style_refs import style_reference_latents as style_reference_latents
@@ -140,6 +140,7 @@ _MODULE_OF = {
     "euler_sample": "sampler",
     "seeded_noise": "sampler",
     "timed_style": "sampler",
+    "check_style_times": "sampler",
     "generate": "generation",
     "save_pngs": "generation",
     "parse_size": "generation",
@@ -164,7 +165,6 @@ _MODULE_OF = {
     "style_module_params": "style_module",
     "parse_style_ref": "style_refs",
     "parse_style_times": "style_refs",
-    "check_style_times": "style_refs",
     "style_reference_latents": "style_refs",
     # packing latents into tokens
     "patchify": "patches",

@@ -14,6 +14,7 @@ from krea2.dit.model import Krea2DiT
 from krea2.dit.pixel_ae import to_uint8
 from krea2.dit.sampler import (
     Velocity,
+    check_style_times,
     dit_velocity,
     euler_sample,
     from_x0,
@@ -22,7 +23,6 @@ from krea2.dit.sampler import (
     with_negative,
 )
 from krea2.dit.style_module import StyleTokens
-from krea2.dit.style_refs import check_style_times
 from krea2.dit.text import TextEncoder
 from krea2.infra.errors import UserError
 

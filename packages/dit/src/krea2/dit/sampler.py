@@ -15,6 +15,7 @@ from torch import Tensor
 from krea2.dit.flow import guided_velocity
 from krea2.dit.model import Krea2DiT
 from krea2.dit.style_module import StyleTokens
+from krea2.infra.errors import UserError
 
 Velocity = Callable[[Tensor, Tensor], Tensor]
 """velocity(x, t) -> v. x [B, C, H, W] latents at flow time t [B] (float32 in [0, 1],
@@ -48,6 +49,20 @@ def dit_velocity(
     if style is None:
         return plain
     return styled if style_times is None else timed_style(styled, plain, style_times)
+
+
+def check_style_times(times: tuple[float, float]) -> tuple[float, float]:
+    """(lo, hi) flow times with 0 <= lo <= hi <= 1 (1 = noise), as floats; UserError else."""
+    try:
+        lo, hi = (float(v) for v in times)
+    except (TypeError, ValueError):
+        raise UserError(f"style times {times!r} must be two numbers LO:HI") from None
+    if not (0.0 <= lo <= hi <= 1.0):  # also refuses nan
+        raise UserError(
+            f"style times {lo:g}:{hi:g} must be flow times with 0 <= LO <= HI <= 1 (1 = noise; "
+            "0:0.8 = the last steps only)"
+        )
+    return lo, hi
 
 
 def timed_style(styled: Velocity, plain: Velocity, times: tuple[float, float]) -> Velocity:

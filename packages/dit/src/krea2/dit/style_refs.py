@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from krea2.dit.autoencoder import Autoencoder
 from krea2.dit.flag_values import split_number_suffix
+from krea2.dit.sampler import check_style_times
 from krea2.infra.errors import UserError
 
 if TYPE_CHECKING:
@@ -41,20 +42,6 @@ def parse_style_ref(spec: str) -> tuple[Path, float]:
             "(0 = off, 1 = as trained)"
         )
     return Path(path), strength
-
-
-def check_style_times(times: tuple[float, float]) -> tuple[float, float]:
-    """(lo, hi) flow times with 0 <= lo <= hi <= 1 (1 = noise), as floats; UserError else."""
-    try:
-        lo, hi = (float(v) for v in times)
-    except (TypeError, ValueError):
-        raise UserError(f"style times {times!r} must be two numbers LO:HI") from None
-    if not (0.0 <= lo <= hi <= 1.0):  # also refuses nan
-        raise UserError(
-            f"style times {lo:g}:{hi:g} must be flow times with 0 <= LO <= HI <= 1 (1 = noise; "
-            "0:0.8 = the last steps only)"
-        )
-    return lo, hi
 
 
 def parse_style_times(spec: str) -> tuple[float, float]:
