@@ -113,6 +113,13 @@ def test_the_config_refuses_a_bad_pool_a_non_square_grid_and_a_negative_cross():
         StyleConfig.for_dit(get_config("tiny"), cross=-1)
 
 
+def test_a_spatial_path_deeper_than_the_dit_is_refused_where_the_module_meets_it():
+    tiny = get_config("tiny")  # 2 blocks
+    StyleConfig.for_dit(tiny, pool="tiles", cross=2).check_matches(tiny)
+    with pytest.raises(UserError, match="has cross 3 but the DiT 'tiny' has only 2 blocks"):
+        StyleConfig.for_dit(tiny, pool="tiles", cross=3).check_matches(tiny)
+
+
 def test_parameter_and_flop_counts_match_torch(dit):
     module = spatial(tokens=9)
     assert sum(p.numel() for p in module.parameters()) == style_module_params(module.cfg)

@@ -176,6 +176,16 @@ def test_settings_are_checked_with_their_key(tmp_path, data):
     assert "cross = -1" in problem("cross = -1")
 
 
+def test_a_cross_past_the_dits_blocks_is_refused_when_the_module_is_built():
+    from krea2.dit import get_config
+    from krea2.trainer.style_settings import StyleSettings, build_style_module
+
+    tiny = get_config("tiny")  # 2 blocks
+    assert len(build_style_module(StyleSettings(pool="tiles", cross=2), tiny, 0).cross) == 2
+    with pytest.raises(UserError, match="cross 3 but the DiT 'tiny' has only 2 blocks"):
+        build_style_module(StyleSettings(pool="tiles", cross=3), tiny, 0)
+
+
 def test_reference_transforms_keep_style_and_destroy_layout():
     from krea2.trainer import ReferenceMode, style_references
 

@@ -14,7 +14,6 @@ from krea2.dit.model import Krea2DiT
 from krea2.dit.pixel_ae import to_uint8
 from krea2.dit.sampler import (
     Velocity,
-    check_style_times,
     dit_velocity,
     euler_sample,
     from_x0,
@@ -100,8 +99,6 @@ def generate(
             f"generate takes the style tokens of one image ([1, S, D]), got "
             f"{tuple(style.tokens.shape)}; they are broadcast to every prompt"
         )
-    if style_times is not None:
-        style_times = check_style_times(style_times)
     tokens = (height // factor) * (width // factor)
     shift = mu if isinstance(mu, flow.TimeShift) else flow.TimeShift(fixed=mu)
     times = flow.sampling_times(steps, shift.mu(tokens))

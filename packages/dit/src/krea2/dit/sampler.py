@@ -68,8 +68,9 @@ def check_style_times(times: tuple[float, float]) -> tuple[float, float]:
 def timed_style(styled: Velocity, plain: Velocity, times: tuple[float, float]) -> Velocity:
     """`styled` on the rows whose flow time t [B] has lo <= t <= hi (`times` = (lo, hi)),
     `plain` (the same model without the references) on the others. An Euler step puts every
-    row at one t, so a step calls one of the two; rows at different times call both."""
-    lo, hi = times
+    row at one t, so a step calls one of the two; rows at different times call both.
+    UserError for times that are not 0 <= lo <= hi <= 1 (:func:`check_style_times`)."""
+    lo, hi = check_style_times(times)
 
     def velocity(x: Tensor, t: Tensor) -> Tensor:
         on = (t >= lo) & (t <= hi)  # [B]

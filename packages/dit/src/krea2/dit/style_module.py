@@ -89,15 +89,21 @@ class StyleConfig:
             raise UserError(f"StyleConfig width={self.width} must be a multiple of 4")
 
     def check_matches(self, dit_cfg: DiTConfig, where: str = "the style module") -> None:
-        """UserError (one line, both values) unless this module was made for `dit_cfg`'s shape."""
+        """UserError (one line, both values) unless this module was made for `dit_cfg`'s shape
+        and its spatial path has no more layers than the DiT has blocks (one would never run)."""
         bad = [f for f in MATCHED_FIELDS if getattr(self, f) != getattr(dit_cfg, f)]
+        made = f" (made for {self.model!r})" if self.model else ""
         if bad:
             mine = ", ".join(f"{f} {getattr(self, f)}" for f in bad)
             theirs = ", ".join(f"{f} {getattr(dit_cfg, f)}" for f in bad)
-            made = f" (made for {self.model!r})" if self.model else ""
             raise UserError(
                 f"{where}{made} has {mine} but the DiT {dit_cfg.name!r} has {theirs}; "
                 "use the style module trained for this DiT"
+            )
+        if self.cross > dit_cfg.depth:
+            raise UserError(
+                f"{where}{made} has cross {self.cross} but the DiT {dit_cfg.name!r} has only "
+                f"{dit_cfg.depth} blocks"
             )
 
 

@@ -113,7 +113,7 @@ def sample_grid(
     Several seeds share a forward
     (:func:`seeds_per_forward`); an image is the same whichever others share it.
     """
-    from krea2.dit import check_style_times, flow, timed_style
+    from krea2.dit import flow, timed_style
     from krea2.dit.pixel_ae import to_uint8
     from krea2.dit.sampler import euler_sample, seeded_noise, with_cfg
 
@@ -133,8 +133,6 @@ def sample_grid(
         if module.style is None:
             raise UserError("style references given to a module without a style module")
         refs, strengths = (v.to(device) for v in style)
-        if style_times is not None:
-            style_times = check_style_times(style_times)
         refs = refs.to(dtype).expand(len(prompts), *refs.shape[1:])
         strengths = strengths.float().expand(len(prompts), strengths.shape[-1])
 

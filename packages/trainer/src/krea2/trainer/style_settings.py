@@ -125,13 +125,7 @@ def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torc
     """A fresh style module for a DiT of config ``dit_cfg``, seeded (every rank and layout
     builds the same weights; the global RNG is restored after)."""
     from krea2.dit import StyleConfig, StyleModule
-    from krea2.infra.errors import UserError
 
-    if settings.cross > dit_cfg.depth:  # a layer past the last block would never run
-        raise UserError(
-            f"style settings cross = {settings.cross}: the DiT {dit_cfg.name!r} has only "
-            f"{dit_cfg.depth} blocks"
-        )
     cfg = StyleConfig.for_dit(
         dit_cfg,
         tokens=settings.tokens,
@@ -140,6 +134,7 @@ def build_style_module(settings: StyleSettings, dit_cfg: Any, seed: int) -> torc
         cross=settings.cross,
         pool=settings.pool,
     )
+    cfg.check_matches(dit_cfg, "the style settings")  # a cross past the DiT's blocks
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 7919)
         return StyleModule(cfg)
