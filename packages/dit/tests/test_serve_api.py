@@ -131,6 +131,40 @@ def test_style_references_steer_the_image_and_strength_zero_is_no_reference(styl
     assert post(styled, {**body, "style_references": [data_url]}).status_code == 200
 
 
+def test_style_times_window_the_references_and_an_empty_window_is_no_reference(styled):
+    body = {"prompt": "a red circle", "steps": 4, "seed": 2}
+    refs = {"style_references": [{"image": REF, "strength": 1.0}]}
+
+    def image(extra: dict) -> str:
+        r = post(styled, {**body, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()["data"][0]["b64_json"]
+
+    plain, always = image({}), image(refs)
+    assert image({**refs, "style_times": [0, 1]}) == always
+    assert image({**refs, "style_times": [0, 0]}) == plain  # no step inside the window
+    late = image({**refs, "style_times": [0, 0.6]})  # integers and floats both read
+    assert late not in (plain, always)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"style_times": [0, 0.5]}, "style_times: it times the style references"),
+        ({"style_references": [{"image": REF}], "style_times": [0.8, 0.2]},
+         "style_times: style times 0.8:0.2 must be flow times with 0 <= LO <= HI <= 1"),
+        ({"style_references": [{"image": REF}], "style_times": [0, 2]}, "0 <= LO <= HI <= 1"),
+        ({"style_references": [{"image": REF}], "style_times": [0.5]}, "style_times"),
+        ({"style_references": [{"image": REF}], "style_times": "0:0.8"}, "style_times"),
+    ],
+)  # fmt: skip
+def test_a_bad_style_window_gets_a_400_naming_it(styled, extra, says):
+    r = post(styled, {"prompt": "x", "steps": 1, **extra})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert says in error["message"] and error["param"].startswith("style_times")
+
+
 def test_health_and_metrics_report_the_model_and_the_traffic(server):
     health = httpx.get(server + "/health").json()
     assert health["status"] == "ok" and health["ready"] and health["model"] == "tiny"

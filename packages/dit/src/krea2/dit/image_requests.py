@@ -1,7 +1,8 @@
 """What `POST /v1/images/generations` accepts: the OpenAI Images fields (``prompt``, ``n``,
 ``size``, ``response_format``, ``seed``; ``model`` and ``user`` are read and checked or
 ignored) and krea2's own (``steps``, ``cfg``, ``negative_prompt``, ``turbo``,
-``style_references``, ``loras``), checked against the server's :class:`RequestLimits`.
+``style_references``, ``style_times``, ``loras``), checked against the server's
+:class:`RequestLimits`.
 
 A request is parsed from its raw bytes into an :class:`ImageJob`: JSON types as sent (no
 "1" for 1), no unknown field, every range checked, style references decoded (base64 PNG,
@@ -94,6 +95,8 @@ class ImageRequest(BaseModel):
     negative_prompt: str = ""
     turbo: bool = False
     style_references: list[StyleReference] = []
+    # [lo, hi]: the references act only at flow times lo <= t <= hi (1 = noise); None: always
+    style_times: tuple[float, float] | None = None
     loras: list[LoraChoice] = []  # [{name, scale}] of the adapters the server loaded
 
 
@@ -155,9 +158,10 @@ def parse_request(
             "steps",
         )
     refs, style = _references(body.style_references, model.style_slots, limits)
+    times = _style_times(body.style_times, bool(refs))
     loras = _loras(body.loras, sorted(model.loras))
     negative = body.negative_prompt if cfg else ""
-    shape = Shape(width, height, steps, cfg, body.turbo, negative, style, loras)
+    shape = Shape(width, height, steps, cfg, body.turbo, negative, style, loras, times)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     return ImageJob(body.prompt, body.n, shape, seed, body.response_format, refs)
 
@@ -200,6 +204,22 @@ def _size(size: str, multiple: int, max_side: int) -> tuple[int, int]:
             "size",
         )
     return width, height
+
+
+def _style_times(given: tuple[float, float] | None, has_refs: bool) -> tuple[float, float] | None:
+    """The checked (lo, hi) window of the references, or None (always)."""
+    if given is None:
+        return None
+    if not has_refs:
+        raise BadRequest("style_times: it times the style references; send "
+                         "style_references with it, or leave it out", "style_times")  # fmt: skip
+    from krea2.dit.sampler import check_style_times
+    from krea2.infra.errors import UserError
+
+    try:
+        return check_style_times(given)
+    except UserError as e:
+        raise BadRequest(f"style_times: {e}", "style_times") from None
 
 
 def _loras(given: list[LoraChoice], loaded: list[str]) -> tuple[tuple[str, float], ...]:

@@ -36,7 +36,8 @@ class Shape:
     """What the images of one sampling call share: the dynamic-batching key. ``negative``
     is "" without CFG (it is not used then); ``style`` identifies the references and their
     strengths ("" for none), which every image of the call shares; ``loras`` the (name,
-    scale) adapters applied, in the request's order."""
+    scale) adapters applied, in the request's order; ``style_times`` the (lo, hi) flow
+    times the references act at (None: every step)."""
 
     width: int
     height: int
@@ -46,10 +47,13 @@ class Shape:
     negative: str = ""
     style: str = ""
     loras: tuple[tuple[str, float], ...] = ()
+    style_times: tuple[float, float] | None = None
 
     def __str__(self) -> str:
         guidance = f"CFG {self.cfg:g}" if self.cfg else "no CFG"
         extra = (", turbo" if self.turbo else "") + (", style" if self.style else "")
+        if self.style and self.style_times is not None:
+            extra += f" at t {self.style_times[0]:g}:{self.style_times[1]:g}"
         extra += "".join(f", LoRA {name} x{scale:g}" for name, scale in self.loras)
         return f"{self.width}x{self.height}, {self.steps} steps, {guidance}{extra}"
 
@@ -155,6 +159,7 @@ class ServedModel:
                 x0_min_t=plan.x0_min_t,
                 batch_size=batch_size,
                 style=self._style_tokens(refs, (shape.width, shape.height)),
+                style_times=shape.style_times,
                 seeds=seeds,
             )
         return to_uint8(images).numpy()
