@@ -161,7 +161,7 @@ def parse_request(
     times = _style_times(body.style_times, bool(refs))
     loras = _loras(body.loras, sorted(model.loras))
     negative = body.negative_prompt if cfg else ""
-    shape = Shape(width, height, steps, cfg, body.turbo, negative, style, loras, times)
+    shape = Shape(width, height, steps, cfg, body.turbo, negative, style, loras, style_times=times)
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     return ImageJob(body.prompt, body.n, shape, seed, body.response_format, refs)
 
