@@ -54,3 +54,24 @@ def test_only_the_quick_recipe_is_a_smoke_run_and_its_note_says_what_the_full_on
     note = smoke_note(load_demo_config(quick=True))
     assert note is not None and note.startswith("Smoke run: 36 training steps")
     assert "krea2 demo" in note and "ShapesEval" in note
+
+
+def test_rl_prompts_word_a_share_of_the_concepts_without_the_background() -> None:
+    from krea2.curate.shapes import eval_prompt
+    from krea2.pipeline.config import RlPromptSpec
+    from krea2.pipeline.rl_stage import training_prompts
+
+    train = [
+        (c, s, cell) for c in ("red", "blue") for s in ("circle", "square") for cell in range(9)
+    ]
+    assert training_prompts(train, RlPromptSpec()) == [eval_prompt(c) for c in train]
+    mixed = training_prompts(train, RlPromptSpec(content_share=0.5, seed=3))
+    assert mixed == training_prompts(train, RlPromptSpec(content_share=0.5, seed=3))
+    content = [p for p, c in zip(mixed, train, strict=True) if p != eval_prompt(c)]
+    assert 9 <= len(content) <= 27  # about half of 36
+    assert all("background" not in p and p.endswith(".") for p in content)
+    assert all("background" not in p for p in training_prompts(train, RlPromptSpec(1.0)))
+    cfg = load_demo_config(False, overrides=["rl_prompts.content_share=0.25"])
+    assert cfg.rl_prompts.content_share == 0.25
+    with pytest.raises(ConfigError, match="content_share"):
+        load_demo_config(False, overrides=["rl_prompts.content_share=2"])

@@ -57,6 +57,23 @@ class PoolSpec:
 
 
 @dataclass
+class RlPromptSpec:
+    """How the RL stage words its training concepts' prompts. ``content_share``: the share
+    of them (drawn per concept from ``seed``) given as the content prompt, colour, shape and
+    position without the background clause ("A red circle in the top left."), the rest as
+    the full medium caption ShapesEval asks with. Prompts that leave the background out are
+    what the style stage (its reference supplies the style) and the expander's short
+    requests ask raw for."""
+
+    content_share: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.content_share <= 1:
+            raise ValueError(f"content_share={self.content_share} must be a share in [0, 1]")
+
+
+@dataclass
 class CurateSpec:
     """Embedding-level curation in the demo: the toy encoder's training steps on the pool's
     hash keepers, the pixel check of its candidate copies (``semantic.verify``), the SAE's
@@ -234,6 +251,7 @@ class DemoConfig:
     preference: PreferenceStageSettings = field(default_factory=PreferenceStageSettings)
     # Last: RL without CFG (DiffusionNFT or GRPO) on curated training-concept prompts.
     rl: RlStageSettings = field(default_factory=RlStageSettings)
+    rl_prompts: RlPromptSpec = field(default_factory=RlPromptSpec)
     # The prompt expander in front of the final DiT: SFT, then GDPO (± diversity reward).
     expander: ExpanderStageSettings = field(default_factory=ExpanderStageSettings)
     # After raw: TDM into a few-step student without CFG (Turbo).

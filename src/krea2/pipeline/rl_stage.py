@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from krea2.curate.shapes import Concept, concept_scene, eval_prompt
-from krea2.pipeline.config import DemoConfig
+from krea2.curate.shapes import Concept, concept_scene, content_prompt, eval_prompt
+from krea2.pipeline.config import DemoConfig, RlPromptSpec
 from krea2.trainer import JobConfig
 
 STAGE = "rl"
@@ -35,10 +35,21 @@ def run_demo_stage(
     s = replace(cfg.rl, eval_steps=cfg.eval.steps, eval_cfg=cfg.eval.cfg,
                 eval_seeds=list(cfg.eval.seeds))  # fmt: skip
     return rl_stage(
-        job, len(job.stages) - 1, work, [eval_prompt(c) for c in train],
+        job, len(job.stages) - 1, work, training_prompts(train, cfg.rl_prompts),
         [eval_prompt(c) for c in held_out], [concept_scene(c) for c in held_out], s,
         start_samples=start_samples,
     )  # fmt: skip
+
+
+def training_prompts(train: list[Concept], spec: RlPromptSpec) -> list[str]:
+    """One prompt per training concept: its content prompt (no background clause) for a
+    ``spec.content_share`` of them, drawn per concept from ``spec.seed``, else its
+    ShapesEval prompt. A share of 0 gives exactly the ShapesEval prompts."""
+    draws = np.random.default_rng([spec.seed, 17]).random(len(train))
+    return [
+        content_prompt(concept_scene(c)) if u < spec.content_share else eval_prompt(c)
+        for c, u in zip(train, draws, strict=True)
+    ]
 
 
 def rows(result: dict) -> list[list[str]]:
