@@ -46,7 +46,7 @@ caption_dropout = 0.0
 [stages.schedule]
 warmup_steps = 0
 [stages.settings]
-beta = 500.0
+beta = 50.0
 [[stages]]
 name = "rl"
 objective = "grpo"
@@ -122,9 +122,14 @@ def test_two_gloo_ranks_equal_one(tmp_path, data, one_rank):
     assert proc.returncode == 0, out[-3000:]
     two = _rows(tmp_path / "run")
     assert sorted(two) == sorted(one_rank)
+    # The two layouts sum each gradient in another order, and the rounding grows over the
+    # three stages and with the CPU's kernels: on a 2-core AMD VM with AVX2 alone the largest
+    # relative difference was 5.8e-5 (RL's grad norm; 2.3e-4 for STPO's second step when its
+    # beta was 500, which saturates the loss in one step). A data-parallel error (a gradient
+    # summed but not averaged, a rank's rows lost) moves them by percent.
     for key, a in one_rank.items():
         for name in ("loss", "grad_norm"):
-            assert two[key][name] == pytest.approx(a[name], rel=1e-4, abs=1e-6), (key, name)
+            assert two[key][name] == pytest.approx(a[name], rel=1e-3, abs=1e-6), (key, name)
 
 
 def test_sigkill_mid_rl_resumes_to_the_same_losses(tmp_path, data, one_rank):
