@@ -8,9 +8,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from krea2.curate.shapes import Concept, WorldSplit, concept_scene, eval_prompt, split_concepts
+from krea2.curate.shapes import content_prompt as scene_content_prompt
 
 if TYPE_CHECKING:
     from krea2.pipeline.config import DemoConfig
+
+
+def content_prompt(concept: Concept) -> str:
+    """The concept's medium caption without its background clause ("A red circle in the
+    top left."): a prompt that names the content and leaves the style to the model (the
+    domain SFTs' style prompts, RL's ``[rl_prompts]``)."""
+    return scene_content_prompt(concept_scene(concept))
 
 
 def demo_concepts(cfg: DemoConfig) -> tuple[WorldSplit, list[Concept]]:

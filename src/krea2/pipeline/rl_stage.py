@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from krea2.curate.shapes import Concept, concept_scene, content_prompt, eval_prompt
+from krea2.curate.shapes import Concept, concept_scene, eval_prompt
 from krea2.pipeline.config import DemoConfig, RlPromptSpec
+from krea2.pipeline.evaluation import content_prompt
 from krea2.trainer import JobConfig
 
 STAGE = "rl"
@@ -47,7 +48,7 @@ def training_prompts(train: list[Concept], spec: RlPromptSpec) -> list[str]:
     ShapesEval prompt. A share of 0 gives exactly the ShapesEval prompts."""
     draws = np.random.default_rng([spec.seed, 17]).random(len(train))
     return [
-        content_prompt(concept_scene(c)) if u < spec.content_share else eval_prompt(c)
+        content_prompt(c) if u < spec.content_share else eval_prompt(c)
         for c, u in zip(train, draws, strict=True)
     ]
 

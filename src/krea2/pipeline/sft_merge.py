@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from krea2.curate.shapes import BACKGROUND_COLORS, WORLD_BACKGROUNDS, Concept
+from krea2.pipeline.evaluation import content_prompt
 from krea2.trainer import JobConfig
 
 # domain -> (shape whose prompts it owns, its background style)
@@ -161,15 +162,6 @@ def sft_job(job: JobConfig, index: int, domain: str, data: Path, s: SftMergeSett
     return continuation_job(
         job, index, stage, run_dir, checkpoint_every=0, keep_last=1, log_every=10, tracker="none"
     )
-
-
-def content_prompt(concept: Concept) -> str:
-    """The concept's medium caption without its background clause ("A red circle in the
-    top left."): a prompt that names the content and leaves the style to the model."""
-    from krea2.curate.shapes import concept_scene
-    from krea2.curate.shapes import content_prompt as scene_prompt
-
-    return scene_prompt(concept_scene(concept))
 
 
 def style_prompts(train: list[Concept], domain: str, most: int) -> list[str]:
